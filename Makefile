@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Each creates (or reuses) the virtual environment in .venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: env demo test bench clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: a CPU build lies on disk; an unpinned torch pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: env
+	$(BIN)/judgekit demo
+
+test: env
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: env
+	$(BIN)/judgekit bench decode
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,53 @@
+"""The `judgekit` command line: one sub-command module per stage under `judgekit.commands`.
+
+Each command module exposes `register(subparsers)`, which adds its parser and sets `func` to a callable
+taking the parsed args and returning an exit code. Keeping commands in separate modules means a stage can
+be added without touching the others, and `judgekit --help` lists exactly the commands that exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from judgekit import __version__
+from judgekit.errors import JudgekitError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="judgekit",
+        description="Judge-based lossy speculative decoding and the paper's lossy verification rules.",
+    )
+    parser.add_argument("--version", action="version", version=f"judgekit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import judgekit.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"judgekit.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except JudgekitError as err:
+        print(f"judgekit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("judgekit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

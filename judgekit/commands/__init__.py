@@ -1,0 +1,1 @@
+"""Sub-commands of the `judgekit` CLI; each module defines `register(subparsers)`."""

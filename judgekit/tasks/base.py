@@ -1,0 +1,55 @@
+"""The task plug-in interface shared by mining and evaluation.
+
+A task knows how to load its problems, turn one into a prompt, read the outcome of a completion,
+compare two outcomes (mining: does a substitution change the result?) and grade an outcome against the
+ground truth (evaluation). Outcomes are JSON-serialisable so they can be stored in Parquet.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+Outcome = Any  # JSON-serialisable: a normalised number string, a list of per-test booleans, None (no answer)
+
+
+@dataclass(frozen=True)
+class Problem:
+    task: str
+    problem_id: str
+    question: str
+    reference: Any  # ground truth: gold answer string, or tests; JSON-serialisable
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+class Task(ABC):
+    name: str = ""
+    source: str = ""  # where the problems come from by default (hub id, package file, generator)
+    splits: tuple[str, ...] = ("test",)
+    stop_strings: tuple[str, ...] = ()  # generation stops when one of these appears
+
+    @abstractmethod
+    def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
+        """Problems of a split, from `data_file` (local JSONL/Parquet) when given, else the default source."""
+
+    @abstractmethod
+    def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
+                     few_shot: int = 0) -> str:
+        """The text fed to the model; applies the tokenizer's chat template when it has one and it is asked."""
+
+    @abstractmethod
+    def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
+        """The outcome of a completion (final answer, or per-test pass/fail vector); None if there is none."""
+
+    def outcome_fixed(self, completion: str) -> bool:
+        """True once no further text can change the outcome (lets mining stop a rollout early)."""
+        return any(s in completion for s in self.stop_strings)
+
+    def equivalent(self, a: Outcome, b: Outcome) -> bool:
+        """Whether two outcomes count as the same result (mining's importance test)."""
+        return a == b
+
+    @abstractmethod
+    def grade(self, problem: Problem, outcome: Outcome) -> bool:
+        """Whether an outcome is correct against the problem's ground truth."""

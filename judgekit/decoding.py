@@ -1,0 +1,258 @@
+"""A KV-cached speculative decoder whose verification rule is a parameter.
+
+One decoding step drafts k tokens with the draft model (k one-token forwards, tokens stay on the device),
+verifies them with one target forward that also yields the hidden states the judge reads, applies the
+rule to the whole block at once (:func:`judgekit.rules.verify_block`), and syncs with the host exactly once
+to learn how many tokens were accepted. Rolling back a cache is a length change (``Cache.crop(-n)`` in
+transformers 5, which for a static cache only moves its write pointer), so a preallocated cache and
+CUDA-graph replay of the draft and verify forwards can be slotted in later without touching this loop.
+
+Cache invariant between steps: each model's cache holds the committed sequence except tokens it has not
+read yet (at least the last one); the next forward feeds exactly the unread suffix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+from judgekit.errors import JudgekitError
+from judgekit.models import ModelPair, encode_prompt, format_prompt
+from judgekit.rules import Rule, RuleContext, sample, verify_block
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise JudgekitError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise JudgekitError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise JudgekitError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def to_probs(logits: Tensor, cfg: SamplingConfig, need_shape: bool) -> tuple[Tensor, Tensor | None]:
+    """Rows of sampling probabilities, plus the distribution 'shape' some rules decide on.
+
+    Greedy gives one-hot rows (DESIGN.md §2) and, when asked, the temperature-1 softmax as the shape; with
+    sampling the shape is the sampling distribution itself (None: the rule reads p and q directly).
+    """
+    logits = logits.float()
+    if cfg.greedy:
+        probs = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return probs, (torch.softmax(logits, -1) if need_shape else None)
+    logits = logits / cfg.temperature
+    if cfg.top_k is not None and cfg.top_k < logits.shape[-1]:
+        kth = logits.topk(cfg.top_k, -1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    if cfg.top_p is not None and cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cum - sorted_logits.softmax(-1) >= cfg.top_p  # keep the smallest prefix reaching top_p
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -torch.inf)
+    return torch.softmax(logits, -1), None
+
+
+@dataclass
+class GenerationStats:
+    target_calls: int = 0
+    draft_calls: int = 0
+    new_tokens: int = 0
+    wall_time: float = 0.0
+    accept_hist: list[int] = field(default_factory=list)  # accept_hist[n] = steps that accepted n drafts
+
+    @property
+    def block_efficiency(self) -> float:
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time if self.wall_time > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "block_efficiency": self.block_efficiency, "tokens_per_s": self.tokens_per_s}
+
+    @staticmethod
+    def merge(stats: list["GenerationStats"]) -> "GenerationStats":
+        width = max((len(s.accept_hist) for s in stats), default=0)
+        hist = [sum(s.accept_hist[i] for s in stats if i < len(s.accept_hist)) for i in range(width)]
+        return GenerationStats(
+            sum(s.target_calls for s in stats), sum(s.draft_calls for s in stats),
+            sum(s.new_tokens for s in stats), sum(s.wall_time for s in stats), hist,
+        )
+
+
+@dataclass
+class Generation:
+    prompt: str
+    text: str
+    token_ids: list[int]  # the completion only
+    stats: GenerationStats
+    finish_reason: str  # "eos", "stop", "length"
+
+    def to_dict(self) -> dict:
+        return {"prompt": self.prompt, "text": self.text, "token_ids": self.token_ids,
+                "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}
+
+
+class _StopScanner:
+    """Finds the first emitted token at which a stop string appears, decoding only a short tail window."""
+
+    def __init__(self, tokenizer, stop_strings: tuple[str, ...]):
+        self.tokenizer = tokenizer
+        self.stops = tuple(s for s in stop_strings if s)
+        self.window = max((len(s) for s in self.stops), default=0) + 8
+
+    def first_hit(self, ids: list[int], start: int) -> int | None:
+        """Index j >= start such that the text of ids[:j+1] contains a stop string (None if no such j)."""
+        if not self.stops:
+            return None
+        for j in range(start, len(ids)):
+            tail = self.tokenizer.decode(ids[max(0, j + 1 - self.window): j + 1])
+            if any(s in tail for s in self.stops):
+                return j
+        return None
+
+
+def eos_ids(pair: ModelPair) -> set[int]:
+    ids: set[int] = set()
+    gen_eos = getattr(pair.target.generation_config, "eos_token_id", None)
+    for value in (gen_eos, pair.tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+class SpeculativeDecoder:
+    """Speculative decoding with any rule of :mod:`judgekit.rules`; prompts are processed one at a time."""
+
+    def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
+                 sampling: SamplingConfig | None = None, hidden_layer: int = -1):
+        if block_size < 1:
+            raise JudgekitError(f"block size must be >= 1, got {block_size}")
+        self.pair = pair
+        self.rule = rule
+        self.gamma = block_size
+        self.sampling = sampling or SamplingConfig()
+        self.hidden_layer = hidden_layer
+        self.need_shape = bool(getattr(rule, "needs_shape", False))
+        self.eos = eos_ids(pair)
+
+    # -- public API --------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),
+                 seed: int = 0, chat_template: bool = True) -> list[Generation]:
+        out = []
+        for i, text in enumerate(prompts):
+            formatted = format_prompt(self.pair.tokenizer, text, chat_template)
+            ids = encode_prompt(self.pair.tokenizer, formatted)
+            out.append(self.generate_ids(ids, max_new_tokens, stop_strings, seed + i, prompt=text))
+        return out
+
+    @torch.inference_mode()
+    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 128,
+                     stop_strings: tuple[str, ...] = (), seed: int = 0, prompt: str = "") -> Generation:
+        if max_new_tokens < 1:
+            raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        pair, dev = self.pair, self.pair.device
+        generator = torch.Generator(device=dev).manual_seed(seed)
+        scanner = _StopScanner(pair.tokenizer, tuple(stop_strings))
+        stats = GenerationStats(accept_hist=[0] * (self.gamma + 1))
+        t_cache = DynamicCache(config=pair.target.config)
+        d_cache = DynamicCache(config=pair.draft.config)
+        seq = list(prompt_ids)
+        n_prompt = len(seq)
+        t_len = d_len = 0  # tokens held by each cache
+        finish = "length"
+        start = time.perf_counter()
+        while len(seq) - n_prompt < max_new_tokens:
+            remaining = max_new_tokens - (len(seq) - n_prompt)
+            k = min(self.gamma, remaining - 1)  # never draft past the budget
+            drafted, q, q_shape = self._draft(seq[d_len:], d_cache, k, generator)
+            stats.draft_calls += k
+            p, p_shape, hidden = self._verify(seq[t_len:], drafted, t_cache)
+            stats.target_calls += 1
+            ctx = RuleContext(p_shape=p_shape, q_shape=q_shape, hidden=hidden)
+            res = verify_block(self.rule, p, q, drafted, ctx, generator)
+            # The one host sync of the step: accepted length, emitted token and the drafted ids together.
+            packed = torch.cat([res.n_accepted.view(1), res.next_token.view(1), drafted]).tolist()
+            n, emitted = packed[0], packed[2:2 + packed[0]] + [packed[1]]
+            stats.accept_hist[n] += 1
+            base = len(seq)
+            # Roll back: the target read seq + k drafts and keeps seq + n; the draft read seq + (k - 1) drafts.
+            if k - n > 0:
+                t_cache.crop(-(k - n))
+            t_len = base + n
+            if k > 0:
+                d_keep = min(n, k - 1)
+                if k - 1 - d_keep > 0:
+                    d_cache.crop(-(k - 1 - d_keep))
+                d_len = base + d_keep
+            seq.extend(emitted)
+            cut, finish = self._finish(seq, n_prompt, base, scanner)
+            if cut is not None:
+                del seq[cut:]
+                break
+        stats.wall_time = time.perf_counter() - start
+        completion = seq[n_prompt:]
+        stats.new_tokens = len(completion)
+        text = pair.tokenizer.decode(completion, skip_special_tokens=True)
+        return Generation(prompt, text, completion, stats, finish)
+
+    # -- the two forwards ----------------------------------------------------------------------------------
+    def _draft(self, unread: list[int], cache, k: int, generator) -> tuple[Tensor, Tensor, Tensor | None]:
+        dev, vocab = self.pair.device, self.pair.vocab_size
+        if k == 0:
+            empty = torch.empty(0, vocab, device=dev)
+            return torch.empty(0, dtype=torch.long, device=dev), empty, None
+        inp = torch.tensor([unread], device=dev)
+        tokens, rows, shapes = [], [], []
+        for _ in range(k):
+            logits = self.pair.draft(input_ids=inp, cache=cache, use_cache=True,
+                                     logits_to_keep=1).logits[0, -1, :vocab]
+            probs, shape = to_probs(logits, self.sampling, self.need_shape)
+            # Same exponential-race sampler as verification; greedy rows are one-hot so this is the argmax.
+            tok = probs.argmax(-1) if self.sampling.greedy else sample(probs.unsqueeze(0), generator)[0]
+            tokens.append(tok)
+            rows.append(probs)
+            shapes.append(shape)
+            inp = tok.view(1, 1)
+        q_shape = torch.stack(shapes) if self.need_shape else None
+        return torch.stack(tokens), torch.stack(rows), q_shape
+
+    def _verify(self, unread: list[int], drafted: Tensor, cache) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        dev, vocab = self.pair.device, self.pair.vocab_size
+        k = drafted.shape[0]
+        inp = torch.cat([torch.tensor(unread, device=dev), drafted]).view(1, -1)
+        out = self.pair.target(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=k + 1,
+                               output_hidden_states=self.rule.needs_hidden)
+        p, p_shape = to_probs(out.logits[0, -(k + 1):, :vocab], self.sampling, self.need_shape)
+        hidden = out.hidden_states[self.hidden_layer][0, inp.shape[1] - k:] if self.rule.needs_hidden else None
+        return p, p_shape, hidden
+
+    def _finish(self, seq: list[int], n_prompt: int, base: int, scanner: _StopScanner) -> tuple[int | None, str]:
+        """Where to cut the sequence after this step's tokens (EOS or stop string), and why."""
+        completion = seq[n_prompt:]
+        first_new = base - n_prompt
+        for j in range(first_new, len(completion)):
+            if completion[j] in self.eos:
+                hit = scanner.first_hit(completion[: j + 1], first_new)
+                return (n_prompt + hit + 1, "stop") if hit is not None else (n_prompt + j + 1, "eos")
+        hit = scanner.first_hit(completion, first_new)
+        if hit is not None:
+            return n_prompt + hit + 1, "stop"
+        return None, "length"

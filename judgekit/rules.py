@@ -1,0 +1,425 @@
+"""Acceptance rules of the paper's unified framework, as small pure objects.
+
+A rule is an acceptance probability h(x) for a drafted token x plus a residual distribution r sampled on
+rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one position (DESIGN.md §2).
+Every rule exposes three vectorised pieces, all over a block of k positions at once:
+
+* ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k];
+* ``residual(p, q, ctx)`` -> r at each position, shape [k, V] (rows sum to 1);
+* ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
+  equations (8, 10, 12, sec. 3.2 and appendices A, F) rather than from h and r, so that the tests can check
+  the closed form against the generic formula and against Monte Carlo samples of :func:`verify_block`.
+
+``p`` and ``q`` are the target and draft distributions after the same sampling transform (temperature,
+top-k/top-p). Greedy decoding is the limit where both are one-hot (DESIGN.md §2); rules whose decision
+depends on the *shape* of the distributions (fuzzy's divergence, the truncation sets) read it from
+``ctx.p_shape``/``ctx.q_shape``, which the decoder fills with the temperature-1 softmax in greedy mode and
+with p and q themselves otherwise. The decoder has no rule-specific branches: it calls
+:func:`verify_block` with whichever rule it was given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import torch
+from torch import Tensor
+
+from judgekit.errors import JudgekitError
+
+_EPS = 1e-12
+
+# judge(hidden [n, H], tokens [n]) -> P(important) [n]
+JudgeFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class RuleContext:
+    """What a rule may read besides p and q at the positions being verified."""
+
+    p_shape: Tensor | None = None  # [k, V] distribution whose shape drives fuzzy/truncation decisions
+    q_shape: Tensor | None = None
+    hidden: Tensor | None = None  # [k, H] target hidden state after reading each drafted token (judge)
+    judge_vocab: Tensor | None = None  # [k, V] bool verdict j(v) for every v (closed forms only)
+
+    def shapes(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
+        return (p if self.p_shape is None else self.p_shape, q if self.q_shape is None else self.q_shape)
+
+
+def _normalise(w: Tensor, fallback: Tensor) -> Tensor:
+    """Rows of w scaled to sum to one; rows with no mass take the fallback row (never sampled then)."""
+    z = w.sum(-1, keepdim=True)
+    return torch.where(z > _EPS, w / z.clamp_min(_EPS), fallback)
+
+
+def _ratio(a: Tensor, b: Tensor) -> Tensor:
+    """a / b with b = 0 treated as an infinitely small denominator (a draft token always has q > 0)."""
+    return torch.where(b > 0, a / b.clamp_min(1e-30), torch.where(a > 0, torch.inf, torch.zeros_like(a)))
+
+
+def _gather(t: Tensor, x: Tensor) -> Tensor:
+    return t.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+
+
+def _tv(p: Tensor, q: Tensor) -> Tensor:
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+class Rule:
+    """Base: the lossless Leviathan rule. Subclasses override the pieces they change."""
+
+    name: ClassVar[str] = "lossless"
+    needs_hidden: ClassVar[bool] = False  # reads the target's hidden states (judge)
+    needs_shape: ClassVar[bool] = False  # decides on the distributions' shape (fuzzy, truncation sets)
+
+    def acceptance(self, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext) -> Tensor:
+        return _ratio(_gather(p, x), _gather(q, x)).clamp(max=1.0)
+
+    def residual(self, p: Tensor, q: Tensor, ctx: RuleContext) -> Tensor:
+        return _normalise((p - q).clamp_min(0), p)
+
+    def bonus(self, p: Tensor, ctx: RuleContext) -> Tensor:
+        """Distribution of the extra token emitted after a fully accepted block (or when nothing is drafted)."""
+        return p
+
+    def induced(self, p: Tensor, q: Tensor, ctx: RuleContext) -> Tensor:
+        return p
+
+    def describe(self) -> dict:
+        return {"rule": self.name}
+
+
+class Lossless(Rule):
+    pass
+
+
+@dataclass
+class Lenience(Rule):
+    """h = min(1, p / (l q)); the paper's eq. 10 gives the induced distribution."""
+
+    lenience: float = 1.0
+    name: ClassVar[str] = "lenience"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.lenience <= 1.0:
+            raise JudgekitError(f"lenience must be in (0, 1], got {self.lenience}")
+
+    def acceptance(self, p, q, x, ctx):
+        return _ratio(_gather(p, x) / self.lenience, _gather(q, x)).clamp(max=1.0)
+
+    def induced(self, p, q, ctx):
+        # Eq. 10: interpolate where q <= p, keep q where p < q <= p/l, cap at p/l above.
+        ell = self.lenience
+        tv = _tv(p, q)
+        delta = (0.5 * (q - p / ell).abs().sum(-1) + 0.5 - 0.5 / ell) / tv.clamp_min(_EPS)
+        delta = torch.where(tv > _EPS, delta, torch.ones_like(delta)).unsqueeze(-1)
+        under = delta * p + (1 - delta) * q
+        return torch.where(q <= p, under, torch.minimum(q, p / ell))
+
+    def describe(self):
+        return {"rule": self.name, "lenience": self.lenience}
+
+
+@dataclass
+class CoS(Rule):
+    """Interpolation (CoS / DIVERSED): verify against nu = lam p + (1 - lam) q; eq. 8 gives P = nu."""
+
+    lam: float = 1.0
+    name: ClassVar[str] = "cos"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lam <= 1.0:
+            raise JudgekitError(f"lambda must be in [0, 1], got {self.lam}")
+
+    def _nu(self, p, q):
+        return self.lam * p + (1 - self.lam) * q
+
+    def acceptance(self, p, q, x, ctx):
+        return _ratio(_gather(self._nu(p, q), x), _gather(q, x)).clamp(max=1.0)
+
+    def residual(self, p, q, ctx):
+        return _normalise((self._nu(p, q) - q).clamp_min(0), p)
+
+    def induced(self, p, q, ctx):
+        return self._nu(p, q)
+
+    def describe(self):
+        return {"rule": self.name, "lam": self.lam}
+
+
+def divergence(p: Tensor, q: Tensor, kind: str) -> Tensor:
+    """Per-row divergence D(p, q) used by fuzzy SD: KL(p || q), total variation, or Jensen-Shannon."""
+    if kind == "tv":
+        return _tv(p, q)
+    if kind == "kl":
+        terms = torch.where(p > 0, p * (torch.log(p.clamp_min(1e-30)) - torch.log(q.clamp_min(1e-30))), 0.0)
+        inf = ((p > 0) & (q <= 0)).any(-1)
+        return torch.where(inf, torch.inf, terms.sum(-1))
+    if kind == "js":
+        m = 0.5 * (p + q)
+        return 0.5 * divergence(p, m, "kl") + 0.5 * divergence(q, m, "kl")
+    raise JudgekitError(f"unknown divergence {kind!r}; use kl, tv or js")
+
+
+@dataclass
+class Fuzzy(Rule):
+    """Fuzzy SD: accept the draft outright where D(p, q) < T, else verify losslessly (P = q or p)."""
+
+    threshold: float = 0.0
+    divergence: str = "kl"
+    name: ClassVar[str] = "fuzzy"
+    needs_shape: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.divergence not in ("kl", "tv", "js"):
+            raise JudgekitError(f"unknown divergence {self.divergence!r}; use kl, tv or js")
+        if not self.threshold >= 0.0 or math.isnan(self.threshold):
+            raise JudgekitError(f"fuzzy threshold must be >= 0, got {self.threshold}")
+
+    def _gate(self, p, q, ctx) -> Tensor:
+        ps, qs = ctx.shapes(p, q)
+        return divergence(ps, qs, self.divergence) < self.threshold
+
+    def acceptance(self, p, q, x, ctx):
+        return torch.where(self._gate(p, q, ctx), 1.0, super().acceptance(p, q, x, ctx))
+
+    def induced(self, p, q, ctx):
+        return torch.where(self._gate(p, q, ctx).unsqueeze(-1), q, p)
+
+    def describe(self):
+        return {"rule": self.name, "threshold": self.threshold, "divergence": self.divergence}
+
+
+@dataclass
+class Judge(Rule):
+    """AutoJudge: keep overshooting draft tokens the judge calls unimportant; eq. 12 gives P.
+
+    ``judge(hidden, tokens)`` returns P(important); the verdict j = 1[P(important) < threshold] means
+    "unimportant, keep the draft token". It reads the target hidden states of the verification forward.
+    """
+
+    judge: JudgeFn | None = None
+    threshold: float = 0.5
+    name: ClassVar[str] = "judge"
+    needs_hidden: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.judge is None:
+            raise JudgekitError("the judge rule needs a trained judge (--judge PATH)")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise JudgekitError(f"judge threshold must be in [0, 1], got {self.threshold}")
+
+    def verdict(self, hidden: Tensor, tokens: Tensor) -> Tensor:
+        return self.judge(hidden, tokens) < self.threshold
+
+    def acceptance(self, p, q, x, ctx):
+        px, qx = _gather(p, x), _gather(q, x)
+        keep = self.verdict(ctx.hidden, x).to(p.dtype)
+        ratio = _ratio(px, qx).clamp(max=1.0)
+        return torch.where(qx <= px, torch.ones_like(px), ratio + (1 - ratio) * keep)
+
+    def induced(self, p, q, ctx):
+        # Eq. 12 with Delta_j = R_j / R (appendix F.1).
+        j = ctx.judge_vocab.to(p.dtype)
+        r = (p - q).clamp_min(0).sum(-1)
+        r_j = ((q - p).clamp_min(0) * (1 - j)).sum(-1)
+        delta = torch.where(r > _EPS, r_j / r.clamp_min(_EPS), torch.zeros_like(r)).unsqueeze(-1)
+        over = torch.where(j > 0, q, p)
+        return torch.where(q <= p, delta * p + (1 - delta) * q, over)
+
+    def describe(self):
+        return {"rule": self.name, "threshold": self.threshold}
+
+
+def minp_set(p: Tensor, p_base: float) -> Tensor:
+    """Min-p allowed set: p(x) >= p_base * max p (eq. 5)."""
+    return p >= p_base * p.max(-1, keepdim=True).values
+
+
+def eta_set(p: Tensor, epsilon: float, delta: float) -> Tensor:
+    """Eta-sampling allowed set: p(x) >= min(epsilon, delta * exp(-H(p))) (eq. 6)."""
+    entropy = -(torch.where(p > 0, p * torch.log(p.clamp_min(1e-30)), 0.0)).sum(-1, keepdim=True)
+    cutoff = torch.clamp(delta * torch.exp(-entropy), max=epsilon)
+    # The argmax always stays allowed so the set is never empty (eta-sampling keeps at least one token).
+    return (p >= cutoff) | (p >= p.max(-1, keepdim=True).values)
+
+
+@dataclass
+class _Truncation(Rule):
+    """Shared pieces of the min-p / eta rules: the allowed set A and the truncated target p_A."""
+
+    needs_shape: ClassVar[bool] = True
+
+    def allowed(self, shape: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _mask(self, p: Tensor, ctx: RuleContext) -> Tensor:
+        ps, _ = ctx.shapes(p, p)
+        return self.allowed(ps)
+
+
+class _TruncationVerify(_Truncation):
+    """Truncation-based verification (sec. 3.2): accept x iff x is in A, A taken from the target.
+
+    What we emit on rejection (the paper leaves it open): a sample from the draft restricted to A and
+    renormalised, q_A; where q puts no mass on A, from the truncated target p_A. Then
+    P(x) = q(x) 1[x in A] + (1 - Z_A(q)) q_A(x) = q(x) / Z_A(q) on A, 0 elsewhere — the paper's closed form —
+    and P = p_A when Z_A(q) = 0 (which covers greedy: the draft's one-hot misses A, the target's argmax is
+    emitted). The bonus token after a full block is drawn from the plain target p.
+    """
+
+    def acceptance(self, p, q, x, ctx):
+        return _gather(self._mask(p, ctx), x).to(p.dtype)
+
+    def residual(self, p, q, ctx):
+        mask = self._mask(p, ctx)
+        return _normalise(q * mask, _normalise(p * mask, p))
+
+    def induced(self, p, q, ctx):
+        mask = self._mask(p, ctx)
+        zq = (q * mask).sum(-1, keepdim=True)
+        q_a = q * mask / zq.clamp_min(_EPS)
+        p_a = p * mask / (p * mask).sum(-1, keepdim=True).clamp_min(_EPS)
+        return torch.where(zq > _EPS, q_a, p_a)
+
+
+class _MatchedTruncation(_Truncation):
+    """Matched baseline: truncation sampling of the target, verified losslessly against p_A (P = p_A)."""
+
+    def _target(self, p, ctx):
+        return _normalise(p * self._mask(p, ctx), p)
+
+    def acceptance(self, p, q, x, ctx):
+        return _ratio(_gather(self._target(p, ctx), x), _gather(q, x)).clamp(max=1.0)
+
+    def residual(self, p, q, ctx):
+        target = self._target(p, ctx)
+        return _normalise((target - q).clamp_min(0), target)
+
+    def bonus(self, p, ctx):
+        return self._target(p, ctx)
+
+    def induced(self, p, q, ctx):
+        return self._target(p, ctx)
+
+
+@dataclass
+class _MinP:
+    p_base: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.p_base < 1.0:
+            raise JudgekitError(f"p_base must be in (0, 1), got {self.p_base}")
+
+    def allowed(self, shape: Tensor) -> Tensor:
+        return minp_set(shape, self.p_base)
+
+    def describe(self):
+        return {"rule": self.name, "p_base": self.p_base}
+
+
+@dataclass
+class _Eta:
+    epsilon: float = 0.0009
+    delta: float = 0.03
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.epsilon < 1.0:
+            raise JudgekitError(f"epsilon must be in (0, 1), got {self.epsilon}")
+        if not self.delta > 0.0:
+            raise JudgekitError(f"delta must be > 0, got {self.delta}")
+
+    def allowed(self, shape: Tensor) -> Tensor:
+        return eta_set(shape, self.epsilon, self.delta)
+
+    def describe(self):
+        return {"rule": self.name, "epsilon": self.epsilon, "delta": self.delta}
+
+
+@dataclass
+class SpecCascade(_MinP, _TruncationVerify):
+    name: ClassVar[str] = "speccascade"
+
+
+@dataclass
+class Typical(_Eta, _TruncationVerify):
+    name: ClassVar[str] = "typical"
+
+
+@dataclass
+class MinP(_MinP, _MatchedTruncation):
+    name: ClassVar[str] = "minp"
+
+
+@dataclass
+class Eta(_Eta, _MatchedTruncation):
+    name: ClassVar[str] = "eta"
+
+
+RULES: dict[str, type[Rule]] = {
+    "lossless": Lossless,
+    "lenience": Lenience,
+    "cos": CoS,
+    "fuzzy": Fuzzy,
+    "judge": Judge,
+    "speccascade": SpecCascade,
+    "typical": Typical,
+    "minp": MinP,
+    "eta": Eta,
+}
+
+
+def make_rule(name: str, **params) -> Rule:
+    """Build a rule by its CLI name; parameters not used by that rule are ignored."""
+    if name not in RULES:
+        raise JudgekitError(f"unknown rule {name!r}; choose from {', '.join(RULES)}")
+    cls = RULES[name]
+    fields = getattr(cls, "__dataclass_fields__", {})
+    return cls(**{k: v for k, v in params.items() if k in fields and v is not None})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The vectorised verification step shared by every rule.
+
+
+def generic_induced(rule: Rule, p: Tensor, q: Tensor, ctx: RuleContext) -> Tensor:
+    """P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x), evaluated for every x (tests compare to ``induced``)."""
+    k, vocab = q.shape
+    x = torch.arange(vocab, device=q.device).expand(k, vocab)
+    h = torch.stack([rule.acceptance(p, q, x[:, v], ctx) for v in range(vocab)], -1)
+    accepted = q * h
+    return accepted + (1 - accepted.sum(-1, keepdim=True)) * rule.residual(p, q, ctx)
+
+
+def sample(dist: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One sample per row without a host sync: argmax of dist / Exp(1) (the exponential race)."""
+    noise = torch.empty_like(dist, dtype=torch.float32).exponential_(generator=generator)
+    return (dist.float() / noise).argmax(-1)
+
+
+@dataclass
+class BlockResult:
+    n_accepted: Tensor  # scalar long tensor (on the model's device)
+    next_token: Tensor  # scalar long tensor: residual sample at the first rejection, else the bonus token
+
+
+def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
+                 generator: torch.Generator | None = None) -> BlockResult:
+    """Apply ``rule`` to a block of k drafted tokens x with target rows p [k+1, V] and draft rows q [k, V].
+
+    All positions are decided at once on the device: accepted_i = u_i < h(x_i), the accepted length is the
+    leading run, and the emitted token is drawn from the residual at the first rejection (or from the bonus
+    distribution after a full block). The caller syncs once to read the result.
+    """
+    k = x.shape[0]
+    if k == 0:
+        return BlockResult(torch.zeros((), dtype=torch.long, device=p.device), sample(rule.bonus(p[:1], ctx), generator)[0])
+    h = rule.acceptance(p[:k], q, x, ctx)
+    u = torch.rand(k, generator=generator, device=p.device, dtype=torch.float32)
+    accepted = (u < h.float()).long()
+    n = accepted.cumprod(0).sum()
+    dists = torch.cat([rule.residual(p[:k], q, ctx), rule.bonus(p[k:], ctx)], 0)
+    row = dists.index_select(0, n.view(1))
+    return BlockResult(n, sample(row, generator)[0])

@@ -231,7 +231,7 @@ class SpeculativeDecoder:
             rows.append(probs)
             shapes.append(shape)
             inp = tok.view(1, 1)
-        q_shape = torch.stack(shapes) if self.need_shape else None
+        q_shape = torch.stack(shapes) if shapes[0] is not None else None
         return torch.stack(tokens), torch.stack(rows), q_shape
 
     def _verify(self, unread: list[int], drafted: Tensor, cache) -> tuple[Tensor, Tensor | None, Tensor | None]:

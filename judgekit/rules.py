@@ -44,6 +44,11 @@ class RuleContext:
     hidden: Tensor | None = None  # [k, H] target hidden state after reading each drafted token (judge)
     judge_vocab: Tensor | None = None  # [k, V] bool verdict j(v) for every v (closed forms only)
 
+    def target_rows(self, sl: slice) -> "RuleContext":
+        """The context restricted to some target rows (p_shape has k + 1 rows in a verify step)."""
+        p_shape = None if self.p_shape is None else self.p_shape[sl]
+        return RuleContext(p_shape, self.q_shape, self.hidden, self.judge_vocab)
+
     def shapes(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
         return (p if self.p_shape is None else self.p_shape, q if self.q_shape is None else self.q_shape)
 
@@ -414,12 +419,14 @@ def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
     distribution after a full block). The caller syncs once to read the result.
     """
     k = x.shape[0]
+    bonus = rule.bonus(p[k:], ctx.target_rows(slice(k, None)))
     if k == 0:
-        return BlockResult(torch.zeros((), dtype=torch.long, device=p.device), sample(rule.bonus(p[:1], ctx), generator)[0])
-    h = rule.acceptance(p[:k], q, x, ctx)
+        return BlockResult(torch.zeros((), dtype=torch.long, device=p.device), sample(bonus, generator)[0])
+    drafted_ctx = ctx.target_rows(slice(0, k))
+    h = rule.acceptance(p[:k], q, x, drafted_ctx)
     u = torch.rand(k, generator=generator, device=p.device, dtype=torch.float32)
     accepted = (u < h.float()).long()
     n = accepted.cumprod(0).sum()
-    dists = torch.cat([rule.residual(p[:k], q, ctx), rule.bonus(p[k:], ctx)], 0)
+    dists = torch.cat([rule.residual(p[:k], q, drafted_ctx), bonus], 0)
     row = dists.index_select(0, n.view(1))
     return BlockResult(n, sample(row, generator)[0])

@@ -286,8 +286,7 @@ class _TruncationVerify(_Truncation):
         mask = self._mask(p, ctx)
         zq = (q * mask).sum(-1, keepdim=True)
         q_a = q * mask / zq.clamp_min(_EPS)
-        p_a = p * mask / (p * mask).sum(-1, keepdim=True).clamp_min(_EPS)
-        return torch.where(zq > _EPS, q_a, p_a)
+        return torch.where(zq > _EPS, q_a, _normalise(p * mask, p))
 
 
 class _MatchedTruncation(_Truncation):

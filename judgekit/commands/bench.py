@@ -1,0 +1,84 @@
+"""`judgekit bench decode`: tokens/s of target greedy, HF assisted generation and judgekit's decoder."""
+
+from __future__ import annotations
+
+import torch
+
+from judgekit.errors import JudgekitError
+
+DEFAULT_PROMPTS = [
+    "Tom has 3 apples and buys 5 more. How many apples does he have now?",
+    "Write a function that returns the sum of the even numbers in a list.",
+    "A shop sells pens at 4 dollars each. Mia buys 6 pens and pays with 50 dollars. What is her change?",
+    "Explain speculative decoding in two sentences.",
+]
+
+
+def _prompts_for(args, pair) -> list[list[int]]:
+    if args.pair in ("cpu", "qwen2.5"):
+        g = torch.Generator().manual_seed(args.seed)
+        return [torch.randint(0, pair.vocab_size, (args.prompt_len,), generator=g).tolist()
+                for _ in range(args.prompts)]
+    from judgekit.models import encode_prompt, format_prompt
+
+    texts = DEFAULT_PROMPTS
+    if args.task:
+        from judgekit.tasks import get_task
+
+        task = get_task(args.task)
+        texts = [task.build_prompt(p, pair.tokenizer) for p in task.load(args.split, limit=args.prompts)]
+        return [encode_prompt(pair.tokenizer, t) for t in texts]
+    texts = (texts * args.prompts)[: args.prompts]
+    return [encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, t)) for t in texts]
+
+
+def run_decode(args) -> int:
+    from judgekit.bench import format_report, run_decode_bench, synthetic_pair
+    from judgekit.models import load_model_pair
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.target or args.draft:
+        if not (args.target and args.draft):
+            raise JudgekitError("give both --target and --draft (or neither, with --pair)")
+        pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+        args.pair = "models"
+    elif args.pair == "pocket":
+        pair = load_model_pair("pocket-target", "pocket-draft", args.device, args.dtype)
+    elif args.pair == "cpu":
+        pair = synthetic_pair("cpu-target", "cpu-draft", args.agreement, args.device, args.dtype)
+    else:
+        pair = synthetic_pair("qwen2.5-7b", "qwen2.5-0.5b", args.agreement, args.device, args.dtype)
+    prompts = _prompts_for(args, pair)
+    timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats)
+    title = (f"pair {pair.target_name} / {pair.draft_name} on {pair.device} ({str(pair.dtype).replace('torch.', '')}), "
+             f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, max_new_tokens={args.max_new_tokens}")
+    print(format_report(timings, identical, title))
+    return 0 if identical else 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="speed benchmarks (decode)")
+    bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
+    d = bench_sub.add_parser("decode", help="target greedy vs HF assisted generation vs judgekit lossless",
+                             description="Times three greedy decoders on the same pair, prompts and block size, "
+                                         "checks their outputs are identical, and prints tokens/s and ratios.")
+    d.add_argument("--pair", default="pocket", choices=["pocket", "cpu", "qwen2.5"],
+                   help="pocket: the shipped pocket pair; cpu: small random-init Qwen2 pair with controlled "
+                        "agreement; qwen2.5: random-init Qwen2.5-7B / 0.5B shapes (GPU)")
+    d.add_argument("--target", help="target model (overrides --pair)")
+    d.add_argument("--draft", help="draft model (overrides --pair)")
+    d.add_argument("--task", help="take prompts from a task (e.g. pocket-math) instead of the built-in ones")
+    d.add_argument("--split", default="test")
+    d.add_argument("--agreement", type=float, default=0.8, help="draft/target agreement of synthetic pairs")
+    d.add_argument("--prompts", type=int, default=4)
+    d.add_argument("--prompt-len", type=int, default=32, help="prompt length for synthetic pairs")
+    d.add_argument("--block-size", type=int, default=8)
+    d.add_argument("--max-new-tokens", type=int, default=128)
+    d.add_argument("--repeats", type=int, default=1)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    d.add_argument("--device", default="auto")
+    d.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    d.set_defaults(func=run_decode)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

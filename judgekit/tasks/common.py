@@ -1,0 +1,178 @@
+"""Helpers shared by the task plug-ins: local data files, hub loading, prompts, code blocks and numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from judgekit.errors import JudgekitError
+
+# --------------------------------------------------------------------------- data files
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a local data file: JSONL (optionally .gz), a JSON list, or Parquet."""
+    p = Path(path)
+    if not p.is_file():
+        raise JudgekitError(f"data file {str(p)!r} does not exist")
+    name = p.name.lower()
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    opener: Callable[..., Any] = gzip.open if name.endswith(".gz") else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        text = f.read()
+    if name.endswith((".json", ".json.gz")) and text.lstrip().startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise JudgekitError(f"{p}:{lineno}: not a JSON line ({err.msg})") from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise JudgekitError(f"{p}: every row must be a JSON object")
+    return rows
+
+
+def require_fields(rows: list[dict[str, Any]], fields: Iterable[str], path: str) -> None:
+    """Fail with one clear line when a local file is not in the task's official layout."""
+    fields = list(fields)
+    for i, row in enumerate(rows):
+        missing = [f for f in fields if f not in row]
+        if missing:
+            raise JudgekitError(f"{path}: row {i} lacks field(s) {', '.join(missing)}; expected {', '.join(fields)}")
+
+
+def load_hub(hub_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    """Rows of a hub data set via `datasets`; any failure (offline, missing) becomes a one-line user error."""
+    try:
+        from datasets import load_dataset
+
+        ds = load_dataset(hub_id, config, split=split) if config else load_dataset(hub_id, split=split)
+        return [dict(r) for r in ds]
+    except Exception as err:  # noqa: BLE001 - offline hubs fail in many ways; all mean the same to the user
+        raise JudgekitError(
+            f"cannot load {hub_id}{'/' + config if config else ''} split {split!r} from the hub "
+            f"({type(err).__name__}); pass --data-file with a local JSONL/Parquet copy"
+        ) from None
+
+
+def apply_limit(rows: list[Any], limit: int | None) -> list[Any]:
+    if limit is not None and limit < 0:
+        raise JudgekitError("--limit must be non-negative")
+    return rows if limit is None else rows[:limit]
+
+
+def check_split(task: str, split: str, splits: tuple[str, ...], data_file: str | None) -> None:
+    """A split name is checked only against the default source; a local file is whatever the user gives."""
+    if data_file is None and split not in splits:
+        raise JudgekitError(f"task {task} has no split {split!r}; choose from {', '.join(splits)}")
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_prompt(user_text: str, tokenizer: Any = None, chat_template: bool = True,
+                  completion_prefix: str = "") -> str:
+    """The model input: the tokenizer's chat template around one user turn when available, else plain text.
+
+    `completion_prefix` is appended after the assistant header (or the plain text) to steer the format.
+    """
+    if chat_template and has_chat_template(tokenizer):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False,
+                                             add_generation_prompt=True)
+        return text + completion_prefix
+    return user_text + completion_prefix
+
+
+# --------------------------------------------------------------------------- code blocks
+
+_FENCE_RE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def last_code_block(text: str) -> str | None:
+    """The contents of the last fenced ``` block (an unclosed last block counts); None when there is none.
+
+    Models usually put the final program last, after drafts and explanations, so the last block is graded.
+    """
+    blocks = [m.group(2) for m in _FENCE_RE.finditer(text)]
+    if not blocks:
+        return None
+    return blocks[-1].rstrip() + "\n"
+
+
+def code_fence_closed(text: str) -> bool:
+    """True once a closing ``` follows an opening one (the code to be graded can no longer change)."""
+    first = text.find("```")
+    if first < 0:
+        return False
+    newline = text.find("\n", first)
+    return newline >= 0 and text.find("```", newline) >= 0
+
+
+def extract_code(text: str) -> str:
+    """The program in a completion: the last fenced block, or the whole text when no fence is present."""
+    block = last_code_block(text)
+    return block if block is not None else text
+
+
+# --------------------------------------------------------------------------- numbers
+
+# A sign only when it is not a hyphen between words/numbers ("3-4", "x-2"); commas only as thousands groups.
+_NUM_RE = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?:(?<![\w)])-)?\.\d+")
+
+
+NUMBER_RE = _NUM_RE
+
+
+def normalize_number(text: str | None) -> str | None:
+    """A canonical string for a numeric answer: '$1,234.50' -> '1234.5', '72.0' -> '72', '-3.' -> '-3'.
+
+    Returns None when the text holds no number. Non-numeric text is compared as stripped lowercase.
+    """
+    if text is None:
+        return None
+    s = str(text).strip()
+    s = s.replace("$", "").replace(",", "").replace("\u2212", "-").strip()
+    s = s.rstrip(".").strip()
+    s = s.rstrip("%").strip()
+    if not s:
+        return None
+    try:
+        value = Decimal(s)
+    except InvalidOperation:
+        m = _NUM_RE.search(s)
+        if not m:
+            return None
+        try:
+            value = Decimal(m.group(0).replace(",", ""))
+        except InvalidOperation:
+            return None
+    if not value.is_finite():
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in `text` (GSM8K's fallback when no answer marker is present)."""
+    matches = _NUM_RE.findall(text)
+    for m in reversed(matches):
+        norm = normalize_number(m)
+        if norm is not None:
+            return norm
+    return None

@@ -1,0 +1,81 @@
+"""`judgekit mine`: semi-greedy counterfactual mining into a resumable, sharded Parquet directory."""
+
+from __future__ import annotations
+
+import os
+
+from judgekit.errors import JudgekitError
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    try:
+        layers = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise JudgekitError(f"--layers takes comma-separated integers such as -1,12; got {text!r}") from None
+    if not layers or len(set(layers)) != len(layers):
+        raise JudgekitError(f"--layers needs distinct layer indexes; got {text!r}")
+    return layers
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as set by torchrun or any launcher that exports RANK/WORLD_SIZE."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    if not 0 <= rank < world:
+        raise JudgekitError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
+    return rank, world, local
+
+
+def run(args) -> int:
+    from judgekit.mining import MineConfig, mine_to_dir
+    from judgekit.models import load_model_pair
+    from judgekit.tasks import get_task
+
+    layers = parse_layers(args.layers)
+    if args.batch_size != 1:
+        raise JudgekitError("--batch-size > 1 (batched GPU mining) is not implemented yet; use torchrun ranks")
+    if args.max_new_tokens < 1:
+        raise JudgekitError("--max-new-tokens must be >= 1")
+    rank, world, local = distributed_env()
+    task = get_task(args.task)
+    problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
+    device = args.device
+    if device == "auto" and world > 1:
+        import torch
+
+        device = f"cuda:{local % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
+    pair = load_model_pair(args.target, args.draft, device, args.dtype)
+    cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
+                     chat_template=not args.no_chat_template)
+    summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
+                          limit=args.limit, rank=rank, world_size=world, resume=args.resume,
+                          flush_every=args.flush_every, progress=not args.quiet)
+    print(f"rank {rank}/{world}: mined {summary['mined']} problems ({summary['skipped']} already done), "
+          f"{summary['mismatches']} mismatches, {summary['important']} important -> {args.out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mine", help="label draft/target mismatches by counterfactual substitution",
+                       description="Semi-greedy counterfactual mining (AutoJudge) with hidden-state features. "
+                                   "Resumable (--resume) and sharded across ranks under torchrun.")
+    p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft", required=True)
+    p.add_argument("--out", required=True, help="output directory of Parquet shards")
+    p.add_argument("--split", default="train")
+    p.add_argument("--limit", type=int, help="first N problems of the split")
+    p.add_argument("--data-file", help="local JSONL/Parquet file instead of the hub")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--layers", default="-1", help="hidden-state layers to keep, e.g. -1 or -1,12 "
+                                                  "(indexes into transformers' hidden_states; -1 = final)")
+    p.add_argument("--draft-features", action="store_true", help="also keep the draft's hidden state")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    p.add_argument("--flush-every", type=int, default=4, help="problems per committed shard")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    p.add_argument("--no-chat-template", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)

@@ -1,0 +1,192 @@
+"""Semi-greedy mining: agreement with the plain reference procedure, features, resumability, sharding."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from judgekit.mining import MineConfig, Miner, mine_to_dir
+from judgekit.mining_reference import ReferenceMiner, label_agreement
+from judgekit.models import load_model_pair
+from judgekit.store import read_mismatches, read_problems, validate_dir
+from judgekit.synthetic import save_tiny_pair
+from judgekit.tasks.base import Problem, Task
+
+
+class PrefixTask(Task):
+    """Outcome = the first 10 characters; fixed once 14 are written: early mismatches matter, late ones not."""
+
+    name = "prefix-toy"
+
+    def load(self, split="test", limit=None, data_file=None):
+        qs = ["Tom has", "def add", "The quick", "Spec", "fox jumps", "brown dog"]
+        return [Problem(self.name, f"p{i}", q, None) for i, q in enumerate(qs)][:limit]
+
+    def build_prompt(self, problem, tokenizer=None, chat_template=True, few_shot=0):
+        return problem.question
+
+    def extract_outcome(self, problem, completion):
+        return completion[:10]
+
+    def outcome_fixed(self, completion):
+        return len(completion) >= 14
+
+    def grade(self, problem, outcome):
+        return outcome is not None and outcome.startswith("T")
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("mine"), arch="llama", draft_noise=0.5, seed=1)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_dirs):
+    t, d = tiny_dirs
+    return load_model_pair(str(t), str(d), device="cpu", dtype="fp32")
+
+
+def test_matches_reference_procedure(pair):
+    task, cfg = PrefixTask(), MineConfig(max_new_tokens=40)
+    problems = task.load()
+    ours = [Miner(pair, task, cfg).mine(p) for p in problems]
+    ref = [ReferenceMiner(pair, task, cfg).mine(p) for p in problems]
+    agreement, same, union = label_agreement(ours, ref)
+    assert union > 20 and agreement == 1.0
+    labels = {r.important for res in ours for r in res.records}
+    assert labels == {True, False}
+    for a, b in zip(ours, ref):
+        assert a.response_ids == b.response_ids
+        assert a.n_rollouts == b.n_rollouts == len(a.records) + 1
+        for ra, rb in zip(a.records, b.records):
+            np.testing.assert_allclose(ra.features[-1].astype(np.float32), rb.features[-1].astype(np.float32),
+                                       atol=2e-2, rtol=1e-2)
+
+
+def test_semi_greedy_invariants(pair):
+    """Unimportant substitutions stay in the running response, important ones do not; borders advance."""
+    task, cfg = PrefixTask(), MineConfig(max_new_tokens=40)
+    for problem in task.load():
+        res = Miner(pair, task, cfg).mine(problem)
+        positions = [r.position for r in res.records]
+        assert positions == sorted(set(positions))
+        final = res.response_ids
+        for r in res.records:
+            assert r.draft_token != r.target_token
+            assert r.context_ids[: len(res.prompt_ids)] == res.prompt_ids
+            assert len(r.context_ids) == len(res.prompt_ids) + r.position
+            if r.position < len(final):
+                assert final[r.position] == (r.target_token if r.important else r.draft_token)
+            assert r.important == (r.alt_outcome != res.target_outcome)
+
+
+def test_feature_is_target_state_after_reading_draft_token(pair):
+    task = PrefixTask()
+    res = Miner(pair, task, MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True)).mine(task.load()[0])
+    assert res.records
+    for r in res.records[:5]:
+        seq = torch.tensor([r.context_ids + [r.draft_token]])
+        with torch.no_grad():
+            hs = pair.target(seq, output_hidden_states=True).hidden_states
+            dhs = pair.draft(torch.tensor([r.context_ids]), output_hidden_states=True).hidden_states
+        for layer in (-1, 1):
+            np.testing.assert_allclose(r.features[layer].astype(np.float32), hs[layer][0, -1].numpy(), atol=1e-2, rtol=1e-2)
+        np.testing.assert_allclose(r.draft_hidden.astype(np.float32), dhs[-1][0, -1].numpy(), atol=1e-2, rtol=1e-2)
+
+
+N_PROBLEMS = 10
+
+
+def _mine_cmd(tiny_dirs, out, *extra):
+    t, d = tiny_dirs
+    return [sys.executable, "-m", "judgekit", "mine", "--task", "pocket-math", "--target", str(t), "--draft", str(d),
+            "--out", str(out), "--limit", str(N_PROBLEMS), "--max-new-tokens", "24", "--device", "cpu", "--flush-every", "1",
+            "--quiet", *extra]
+
+
+def _records(out) -> list[tuple]:
+    validate_dir(out)
+    mm = read_mismatches(out).drop_columns([]).to_pylist()
+    pr = read_problems(out).to_pylist()
+    key = lambda r: tuple((k, str(v)) for k, v in sorted(r.items()) if k not in ("wall_time", "rank"))
+    return sorted(map(key, mm)), sorted(map(key, pr))
+
+
+def _env(**extra):
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **extra)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        if k not in extra:
+            env.pop(k, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "run"
+    start = time.perf_counter()
+    subprocess.run(_mine_cmd(tiny_dirs, out), check=True, env=_env(), capture_output=True, timeout=600)
+    return _records(out), time.perf_counter() - start
+
+
+def _committed(out) -> int:
+    return len(list(out.glob("problems-*.parquet"))) if out.exists() else 0
+
+
+def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uninterrupted, tmp_path):
+    """SIGKILL at random moments (start-up, mid-forward, mid-write), resume, compare with a clean run."""
+    records, full_seconds = uninterrupted
+    out = tmp_path / "run"
+    rng = random.Random(7)
+    mid_run_kills = 0
+    for _ in range(5):
+        before = _committed(out)
+        proc = subprocess.Popen(_mine_cmd(tiny_dirs, out, "--resume"), env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 0.95) * full_seconds)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            mid_run_kills += 0 < _committed(out) < N_PROBLEMS and _committed(out) >= before
+        proc.wait()
+    subprocess.run(_mine_cmd(tiny_dirs, out, "--resume"), check=True, env=_env(), capture_output=True, timeout=600)
+    assert mid_run_kills >= 1
+    assert _records(out) == records
+
+
+def test_two_ranks_union_equals_single_process(tiny_dirs, uninterrupted, tmp_path):
+    records, _ = uninterrupted
+    out = tmp_path / "run"
+    procs = [subprocess.Popen(_mine_cmd(tiny_dirs, out), env=_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    ranks = set(read_problems(out).column("rank").to_pylist())
+    assert ranks == {0, 1}
+    assert _records(out) == records
+
+
+def test_rerun_without_resume_and_changed_settings_are_refused(tiny_dirs, tmp_path):
+    out = tmp_path / "run"
+    cmd = _mine_cmd(tiny_dirs, out)
+    cmd[cmd.index(str(N_PROBLEMS))] = "1"  # --limit 1
+    subprocess.run(cmd, check=True, env=_env(), capture_output=True, timeout=600)
+    again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    other = subprocess.run(cmd + ["--resume", "--layers", "-1,1"], env=_env(), capture_output=True, text=True, timeout=600)
+    assert other.returncode == 2 and "layers" in other.stderr and "Traceback" not in other.stderr
+
+
+def test_unknown_task_is_one_line(tiny_dirs, tmp_path):
+    cmd = _mine_cmd(tiny_dirs, tmp_path / "x")
+    cmd[cmd.index("pocket-math")] = "no-such-task"
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "unknown task 'no-such-task'" in proc.stderr

@@ -149,3 +149,33 @@ def format_report(timings: list[Timing], identical: bool, title: str) -> str:
     lines.append(f"outputs identical: {identical}")
     lines.append(f"ratio judgekit / HF assisted: {ratio:.2f}x   judgekit / target greedy: {speedup:.2f}x")
     return "\n".join(lines)
+
+
+def run_mine_bench(pair, task, problems, cfg) -> dict:
+    """Mine the same problems with judgekit's miner and the plain reference procedure; compare."""
+    from judgekit.mining import Miner
+    from judgekit.mining_reference import ReferenceMiner, label_agreement
+
+    with torch.inference_mode():
+        Miner(pair, task, cfg).mine(problems[0])  # warm-up
+        secs_ours, ours = _time(lambda: [Miner(pair, task, cfg).mine(p) for p in problems], pair.device)
+        secs_ref, ref = _time(lambda: [ReferenceMiner(pair, task, cfg).mine(p) for p in problems], pair.device)
+    agreement, same, union = label_agreement(ours, ref)
+    return {
+        "problems": len(problems), "agreement": agreement, "agreeing": same, "union": union,
+        "mismatches": sum(len(r.records) for r in ours),
+        "important": sum(m.important for r in ours for m in r.records),
+        "rollouts_ours": sum(r.n_rollouts for r in ours), "rollouts_reference": sum(r.n_rollouts for r in ref),
+        "seconds_ours": secs_ours, "seconds_reference": secs_ref, "speedup": secs_ref / max(secs_ours, 1e-9),
+    }
+
+
+def format_mine_report(r: dict, title: str) -> str:
+    return "\n".join([
+        title,
+        f"problems {r['problems']}, mismatches {r['mismatches']} ({r['important']} important), "
+        f"rollouts judgekit {r['rollouts_ours']} / reference {r['rollouts_reference']}",
+        f"label agreement: {r['agreement']:.4f} ({r['agreeing']}/{r['union']} mismatches)",
+        f"wall time: judgekit {r['seconds_ours']:.2f}s, reference {r['seconds_reference']:.2f}s, "
+        f"ratio reference / judgekit: {r['speedup']:.2f}x",
+    ])

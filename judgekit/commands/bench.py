@@ -57,6 +57,26 @@ def run_decode(args) -> int:
     return 0 if identical else 1
 
 
+def run_mine(args) -> int:
+    from judgekit.bench import format_mine_report, run_mine_bench
+    from judgekit.mining import MineConfig
+    from judgekit.models import load_model_pair
+    from judgekit.tasks import get_task
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    task = get_task(args.task)
+    problems = task.load(args.split, limit=args.problems, data_file=args.data_file)
+    if not problems:
+        raise JudgekitError(f"task {args.task!r} has no problems in split {args.split!r}")
+    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    cfg = MineConfig(max_new_tokens=args.max_new_tokens)
+    report = run_mine_bench(pair, task, problems, cfg)
+    print(format_mine_report(report, f"mining {args.task} ({args.split}) with {args.target} / {args.draft} on "
+                                     f"{pair.device}, max_new_tokens={args.max_new_tokens}"))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="speed benchmarks (decode)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
@@ -81,4 +101,20 @@ def register(sub) -> None:
     d.add_argument("--device", default="auto")
     d.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     d.set_defaults(func=run_decode)
+    m = bench_sub.add_parser("mine", help="judgekit's miner vs the plain reference procedure",
+                             description="Mines the same problems with judgekit's miner and a plain "
+                                         "reimplementation of the reference procedure (full re-forward, rollouts "
+                                         "to EOS/max_new_tokens, batch 1); prints label agreement and the "
+                                         "wall-time ratio.")
+    m.add_argument("--task", default="pocket-math")
+    m.add_argument("--target", default="pocket-target")
+    m.add_argument("--draft", default="pocket-draft")
+    m.add_argument("--split", default="train")
+    m.add_argument("--data-file")
+    m.add_argument("--problems", type=int, default=8)
+    m.add_argument("--max-new-tokens", type=int, default=256)
+    m.add_argument("--threads", type=int, help="CPU threads for torch")
+    m.add_argument("--device", default="auto")
+    m.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    m.set_defaults(func=run_mine)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -8,9 +8,10 @@ m + 1 and the mismatches are re-derived on the current R, until none is left.
 
 Where judgekit differs from the reference procedure in cost, not in result:
 
-* Each model keeps one KV cache and a record of the token ids it holds. A rollout or a teacher-forcing pass
+* Each model keeps, per problem, its KV cache and the token ids it holds. A rollout or a teacher-forcing pass
   crops the cache to the longest common prefix with the sequence it needs and feeds only the rest, so the
-  shared prefix is never recomputed (``Cache.crop(-n)`` in transformers 5 removes n tokens).
+  shared prefix is never recomputed (:mod:`judgekit.batching`).
+* Independent problems advance together: their pending forwards run as one batched forward per model.
 * A rollout stops as soon as the task says its outcome is fixed (e.g. the `#### N` line is complete).
 * The feature — the target's hidden state at m *after reading the draft token*, which is exactly what the
   verification forward of speculative decoding computes — comes from the rollout's own first forward.
@@ -32,12 +33,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
-import torch
-from transformers import DynamicCache
 
+from judgekit.batching import FeedResult, RowCache, feed
 from judgekit.decoding import eos_ids
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task
@@ -105,45 +105,31 @@ class ProblemResult:
         }
 
 
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    return next(i for i in range(n) if a[i] != b[i])
+@dataclass
+class _Feed:
+    """A request from a problem's mining coroutine: make ``model``'s cache hold ``seq`` and predict."""
 
-
-class _CachedModel:
-    """A model with one KV cache and the ids it holds; feeding a sequence reuses the longest common prefix."""
-
-    def __init__(self, model, vocab: int):
-        self.model = model
-        self.vocab = vocab
-        self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
-        self.ids: list[int] = []
-
-    def feed(self, seq: list[int], keep_all_logits: bool = False, hidden: bool = False):
-        """Make the cache hold ``seq``; returns the forward outputs of the part that had to be computed.
-
-        At least the last token is always recomputed, so its logits and hidden states are available.
-        """
-        common = min(common_prefix_len(self.ids, seq), len(seq) - 1)
-        if len(self.ids) > common:
-            self.cache.crop(-(len(self.ids) - common))
-        inp = torch.tensor([seq[common:]], device=self.device)
-        out = self.model(input_ids=inp, cache=self.cache, use_cache=True, output_hidden_states=hidden,
-                         logits_to_keep=0 if keep_all_logits else 1)
-        self.ids = list(seq)
-        return common, out
+    model: str  # "target" or "draft"
+    seq: list[int]
+    all_positions: bool = False
+    hidden_layers: tuple[int, ...] = ()
 
 
 class Miner:
-    """Mines one problem at a time with a target/draft pair on a task (greedy)."""
+    """Mines problems with a target/draft pair on a task (greedy).
 
-    def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None):
+    The algorithm is written once, as a coroutine per problem that yields forward requests (:class:`_Feed`);
+    a scheduler runs the pending requests of up to ``batch_size`` problems as one batched forward per
+    model (:func:`judgekit.batching.feed`), so batch size 1 and batch size B share every line of the logic.
+    """
+
+    def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None, batch_size: int = 1):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
         self.pair = pair
         self.task = task
         self.cfg = config or MineConfig()
+        self.batch_size = batch_size
         self.eos = eos_ids(pair)
         self.tokenizer = pair.tokenizer
 
@@ -161,62 +147,97 @@ class Miner:
     def outcome(self, problem: Problem, completion: list[int]) -> Any:
         return self.task.extract_outcome(problem, self._text(completion))
 
-    # -- the two models ---------------------------------------------------------------------------------------
-    @torch.inference_mode()
-    def _rollout(self, target: _CachedModel, prompt: list[int], completion: list[int]):
+    # -- driving the coroutines -----------------------------------------------------------------------------
+    def mine(self, problem: Problem) -> ProblemResult:
+        return next(self.mine_many([problem]))
+
+    def mine_many(self, problems) -> Iterator[ProblemResult]:
+        """Results in completion order; up to ``batch_size`` problems advance together."""
+        pending = iter(problems)
+        active: list[tuple[Any, dict, _Feed]] = []  # (coroutine, its row caches, its current request)
+
+        def start_next() -> bool:
+            problem = next(pending, None)
+            if problem is None:
+                return False
+            co = self._mine_steps(problem)
+            active.append((co, {"target": RowCache(), "draft": RowCache()}, next(co)))
+            return True
+
+        while len(active) < self.batch_size and start_next():
+            pass
+        while active:
+            replies: dict[int, FeedResult] = {}
+            for name in ("target", "draft"):
+                for group in self._groups(active, name):
+                    idx = [i for i, _ in group]
+                    reqs = [r for _, r in group]
+                    model = self.pair.target if name == "target" else self.pair.draft
+                    out = feed(model, [active[i][1][name] for i in idx], [r.seq for r in reqs],
+                               self.pair.vocab_size, all_positions=reqs[0].all_positions,
+                               hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
+                    replies.update(zip(idx, out))
+            still = []
+            for i, (co, caches, _) in enumerate(active):
+                try:
+                    still.append((co, caches, co.send(replies[i])))
+                except StopIteration as done:
+                    yield done.value
+            active = still
+            while len(active) < self.batch_size and start_next():
+                pass
+
+    @staticmethod
+    def _groups(active, name: str):
+        """Requests for one model, split by kind (teacher forcing vs generation) so each runs as one forward."""
+        kinds: dict[bool, list] = {}
+        for i, (_, _, req) in enumerate(active):
+            if req.model == name:
+                kinds.setdefault(req.all_positions, []).append((i, req))
+        return list(kinds.values())
+
+    # -- the algorithm, one problem -------------------------------------------------------------------------
+    def _rollout(self, prompt: list[int], completion: list[int]):
         """Greedy target completion of prompt + completion, stopped once the outcome is fixed.
 
         Returns the generated tokens and the hidden states (requested layers) after reading the last given token.
         """
-        _, out = target.feed(prompt + completion, hidden=True)
-        hidden = {layer: out.hidden_states[layer][0, -1].float().cpu().numpy().astype(np.float16)
-                  for layer in self.cfg.layers}
+        reply = yield _Feed("target", prompt + completion, hidden_layers=self.cfg.layers)
+        hidden = {layer: h[0] for layer, h in reply.hidden.items()}
         generated: list[int] = []
-        while not self._finished(completion + generated) and len(completion) + len(generated) < self.cfg.max_new_tokens:
-            tok = int(out.logits[0, -1, : self.pair.vocab_size].argmax())
-            generated.append(tok)
-            if self._finished(completion + generated) or len(completion) + len(generated) >= self.cfg.max_new_tokens:
+        budget = self.cfg.max_new_tokens
+        while not self._finished(completion + generated) and len(completion) + len(generated) < budget:
+            generated.append(reply.argmax[-1])
+            if self._finished(completion + generated) or len(completion) + len(generated) >= budget:
                 break
-            out = target.model(input_ids=torch.tensor([[tok]], device=target.device), cache=target.cache,
-                               use_cache=True, logits_to_keep=1)
-            target.ids.append(tok)
+            reply = yield _Feed("target", prompt + completion + generated)
         return generated, hidden
 
-    @torch.inference_mode()
-    def _draft_argmax(self, draft: _CachedModel, seq: list[int], preds: list[int], hiddens: list) -> None:
-        """Teacher-force the draft over seq incrementally: preds[i] = argmax given seq[:i] for i <= len(seq).
-
-        ``preds``/``hiddens`` are updated in place; only positions after the common prefix are recomputed.
-        """
-        common, out = draft.feed(seq, keep_all_logits=True, hidden=self.cfg.draft_features)
-        del preds[common + 1:]
-        preds.extend(out.logits[0, :, : self.pair.vocab_size].argmax(-1).tolist())
-        if self.cfg.draft_features:
-            del hiddens[common + 1:]
-            hs = out.hidden_states[-1][0].float().cpu().numpy().astype(np.float16)
-            hiddens.extend(list(hs))
-
-    # -- the algorithm --------------------------------------------------------------------------------------
-    def mine(self, problem: Problem) -> ProblemResult:
+    def _mine_steps(self, problem: Problem):
         start = time.perf_counter()
         prompt_text = self.task.build_prompt(problem, self.tokenizer, chat_template=self.cfg.chat_template)
         prompt = encode_prompt(self.tokenizer, prompt_text)
-        target = _CachedModel(self.pair.target, self.pair.vocab_size)
-        draft = _CachedModel(self.pair.draft, self.pair.vocab_size)
-        response, _ = self._rollout(target, prompt, [])
+        response, _ = yield from self._rollout(prompt, [])
         target_outcome = self.outcome(problem, response)
         result = ProblemResult(problem, prompt, [], "", target_outcome,
                                bool(self.task.grade(problem, target_outcome)), n_rollouts=1)
         preds: list[int] = [-1]  # preds[i] = draft argmax for absolute position i (none for position 0)
-        hiddens: list = [None]  # hiddens[i] = draft state that predicted position i
+        hiddens: list = [None]  # hiddens[i] = draft state that proposed position i
+        draft_layers = (-1,) if self.cfg.draft_features else ()
         left = 0
-        while True:
-            m = self._next_mismatch(draft, prompt, response, left, preds, hiddens)
+        while left < len(response):
+            # Teacher-force the draft; only positions after the cached common prefix are recomputed.
+            reply = yield _Feed("draft", prompt + response, all_positions=True, hidden_layers=draft_layers)
+            del preds[reply.common + 1:], hiddens[reply.common + 1:]
+            preds.extend(reply.argmax)
+            hiddens.extend(list(reply.hidden[-1]) if draft_layers else [None] * len(reply.argmax))
+            base = len(prompt)
+            m = next((i for i in range(left, len(response)) if preds[base + i] != response[i]), None)
             if m is None:
                 break
-            d = preds[len(prompt) + m]
+            d = preds[base + m]
             alt_prefix = response[:m] + [d]
-            generated, hidden = self._rollout(target, prompt, alt_prefix)
+            generated, hidden = yield from self._rollout(prompt, alt_prefix)
             alternative = alt_prefix + generated
             result.n_rollouts += 1
             alt_outcome = self.outcome(problem, alternative)
@@ -224,7 +245,7 @@ class Miner:
             result.records.append(MismatchRecord(
                 position=m, context_ids=prompt + response[:m], draft_token=d, target_token=response[m],
                 important=important, alt_outcome=alt_outcome, rollout=result.n_rollouts, features=hidden,
-                draft_hidden=hiddens[len(prompt) + m] if self.cfg.draft_features else None,
+                draft_hidden=hiddens[base + m] if self.cfg.draft_features else None,
             ))
             if not important:
                 response = alternative
@@ -234,20 +255,11 @@ class Miner:
         result.wall_time = time.perf_counter() - start
         return result
 
-    def _next_mismatch(self, draft, prompt, response, left, preds, hiddens) -> int | None:
-        if left >= len(response):
-            return None
-        self._draft_argmax(draft, prompt + response, preds, hiddens)
-        base = len(prompt)
-        for i in range(left, len(response)):
-            if preds[base + i] != response[i]:
-                return i
-        return None
-
 
 def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: str, cfg: MineConfig, *,
                 split: str, data_file: str | None = None, limit: int | None = None, rank: int = 0,
-                world_size: int = 1, resume: bool = False, flush_every: int = 4, progress: bool = True) -> dict:
+                world_size: int = 1, resume: bool = False, flush_every: int = 4, progress: bool = True,
+                batch_size: int = 1) -> dict:
     """Mine this rank's share of problems into out_dir, skipping those already committed by any rank.
 
     Results are committed every ``flush_every`` problems (mismatch shard, then problem shard as the commit
@@ -275,7 +287,7 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
         raise JudgekitError(f"{out_dir} already holds a mining run; pass --resume to continue it or choose another --out")
     mine = [p for i, p in enumerate(problems) if i % world_size == rank and p.problem_id not in done]
     skipped = sum(1 for i, p in enumerate(problems) if i % world_size == rank) - len(mine)
-    miner = Miner(pair, task, cfg)
+    miner = Miner(pair, task, cfg, batch_size=batch_size)
     pending: list[ProblemResult] = []
     totals = {"mined": 0, "skipped": skipped, "mismatches": 0, "important": 0}
 
@@ -285,9 +297,10 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
                          [r.problem_row(rank) for r in pending])
             pending.clear()
 
-    bar = tqdm(mine, desc=f"mine {task.name} r{rank}", unit="problem", disable=not progress, dynamic_ncols=True)
-    for problem in bar:
-        result = miner.mine(problem)
+    bar = tqdm(total=len(mine), desc=f"mine {task.name} r{rank}", unit="problem", disable=not progress,
+               dynamic_ncols=True)
+    for result in miner.mine_many(mine):
+        bar.update(1)
         pending.append(result)
         totals["mined"] += 1
         totals["mismatches"] += len(result.records)
@@ -296,4 +309,5 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
         if len(pending) >= flush_every:
             flush()
     flush()
+    bar.close()
     return totals

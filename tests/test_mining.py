@@ -190,3 +190,22 @@ def test_unknown_task_is_one_line(tiny_dirs, tmp_path):
     cmd[cmd.index("pocket-math")] = "no-such-task"
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "unknown task 'no-such-task'" in proc.stderr
+
+
+@pytest.mark.parametrize("batch_size", [2, 4])
+def test_batched_mining_equals_one_at_a_time(pair, batch_size):
+    task, cfg = PrefixTask(), MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True)
+    single = {r.problem.problem_id: r for r in Miner(pair, task, cfg).mine_many(task.load())}
+    batched = {r.problem.problem_id: r for r in Miner(pair, task, cfg, batch_size=batch_size).mine_many(task.load())}
+    assert set(single) == set(batched)
+    agreement, _, union = label_agreement(list(single.values()), [batched[k] for k in single])
+    assert agreement == 1.0 and union > 20
+    for pid, a in single.items():
+        b = batched[pid]
+        assert a.response_ids == b.response_ids and a.n_rollouts == b.n_rollouts
+        for ra, rb in zip(a.records, b.records):
+            for layer in (-1, 1):
+                np.testing.assert_allclose(ra.features[layer].astype(np.float32), rb.features[layer].astype(np.float32),
+                                           atol=1e-2, rtol=1e-2)
+            np.testing.assert_allclose(ra.draft_hidden.astype(np.float32), rb.draft_hidden.astype(np.float32),
+                                       atol=1e-2, rtol=1e-2)

@@ -33,8 +33,8 @@ def run(args) -> int:
     from judgekit.tasks import get_task
 
     layers = parse_layers(args.layers)
-    if args.batch_size != 1:
-        raise JudgekitError("--batch-size > 1 (batched GPU mining) is not implemented yet; use torchrun ranks")
+    if args.batch_size < 1:
+        raise JudgekitError("--batch-size must be >= 1")
     if args.max_new_tokens < 1:
         raise JudgekitError("--max-new-tokens must be >= 1")
     rank, world, local = distributed_env()
@@ -50,7 +50,7 @@ def run(args) -> int:
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
                           limit=args.limit, rank=rank, world_size=world, resume=args.resume,
-                          flush_every=args.flush_every, progress=not args.quiet)
+                          flush_every=args.flush_every, progress=not args.quiet, batch_size=args.batch_size)
     print(f"rank {rank}/{world}: mined {summary['mined']} problems ({summary['skipped']} already done), "
           f"{summary['mismatches']} mismatches, {summary['important']} important -> {args.out}")
     return 0
@@ -68,7 +68,8 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, help="first N problems of the split")
     p.add_argument("--data-file", help="local JSONL/Parquet file instead of the hub")
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="problems advanced together, their forwards batched (useful on a GPU)")
     p.add_argument("--layers", default="-1", help="hidden-state layers to keep, e.g. -1 or -1,12 "
                                                   "(indexes into transformers' hidden_states; -1 = final)")
     p.add_argument("--draft-features", action="store_true", help="also keep the draft's hidden state")

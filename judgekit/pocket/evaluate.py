@@ -1,0 +1,169 @@
+"""Measuring the pocket pair: greedy accuracy, exact greedy block efficiency, and a mismatch census.
+
+Block efficiency is computed exactly from teacher forcing: with greedy lossless speculative decoding the
+output is the target's greedy output R, and each block accepts the leading run (at most gamma) of positions
+where the draft's argmax on R's prefix equals R's token, then emits one more token (the correction, or the
+bonus token after gamma accepted ones). The mismatch census substitutes the draft's token at a mismatch,
+lets the target complete greedily and compares outcomes, as mining does (DESIGN.md §3), but at each
+mismatch of the original response independently (a rough count, not the miner's running prefix).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from judgekit.pocket import ALIASES, pocket_model_path
+
+MAX_NEW = {"pocket-math": 160, "pocket-code": 128}
+
+
+def resolve(name: str) -> Path | str:
+    return pocket_model_path(name) if name in ALIASES else name
+
+
+def load(name: str) -> tuple[Any, Any]:
+    """(model, tokenizer) from an alias or a directory, with the hub loader (AutoModel/AutoTokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve(name)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+@torch.no_grad()
+def greedy_continue(model: Any, tokenizer: Any, prefixes: Sequence[list[int]], max_new_tokens: int,
+                    batch_size: int = 64) -> list[list[int]]:
+    """Greedy continuations of token-id prefixes (left-padded batches), cut after the first EOS."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
+    out: list[list[int]] = [[] for _ in prefixes]
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(prefixes[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            ids[row, width - len(prefixes[i]):] = torch.tensor(prefixes[i])
+            mask[row, width - len(prefixes[i]):] = 1
+        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=eos, pad_token_id=pad)
+        for row, i in enumerate(idx):
+            new = gen[row, width:].tolist()
+            out[i] = new[: new.index(eos) + 1] if eos in new else new
+    return out
+
+
+@torch.no_grad()
+def draft_argmax(draft: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]],
+                 pad: int, batch_size: int = 64) -> list[list[int]]:
+    """Teacher forcing: the draft's argmax for each response token given the prompt and the response prefix."""
+    out = []
+    for start in range(0, len(prompts), batch_size):
+        rows = [p + r for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size])]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        pred = draft(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+        for i, (p, r) in enumerate(zip(prompts[start:start + batch_size], responses[start:start + batch_size])):
+            out.append(pred[i, len(p) - 1: len(p) + len(r) - 1].tolist())
+    return out
+
+
+def greedy_blocks(matches: Sequence[bool], gamma: int) -> int:
+    """Number of target forwards greedy SD needs to emit a response whose per-token draft matches are given."""
+    i, blocks = 0, 0
+    while i < len(matches):
+        run = 0
+        while run < gamma and i + run < len(matches) and matches[i + run]:
+            run += 1
+        i += run + 1
+        blocks += 1
+    return blocks
+
+
+def block_efficiency(responses: Sequence[list[int]], guesses: Sequence[list[int]], gamma: int) -> float:
+    """Pooled BE = emitted tokens / target forwards over all responses."""
+    tokens = sum(len(r) for r in responses)
+    blocks = sum(greedy_blocks([a == b for a, b in zip(r, g)], gamma) for r, g in zip(responses, guesses))
+    return tokens / max(1, blocks)
+
+
+def _score(task: Any, problems: Sequence[Any], tokenizer: Any, completions: Sequence[list[int]]) -> tuple[list, list]:
+    outcomes = [task.extract_outcome(p, tokenizer.decode(c, skip_special_tokens=True))
+                for p, c in zip(problems, completions)]
+    return outcomes, [task.grade(p, o) for p, o in zip(problems, outcomes)]
+
+
+def mismatch_census(task: Any, problems: Sequence[Any], target: Any, tokenizer: Any, prompts: list[list[int]],
+                    responses: list[list[int]], guesses: list[list[int]], outcomes: list) -> dict:
+    """Substitute the draft token at each mismatch, let the target finish greedily, compare outcomes."""
+    jobs = [(k, m) for k, (r, g) in enumerate(zip(responses, guesses)) for m, (a, b) in enumerate(zip(r, g)) if a != b]
+    prefixes = [prompts[k] + responses[k][:m] + [guesses[k][m]] for k, m in jobs]
+    tails = greedy_continue(target, tokenizer, prefixes, MAX_NEW[task.name])
+    important = examples = 0
+    samples = []
+    for (k, m), tail in zip(jobs, tails):
+        alt = responses[k][:m] + [guesses[k][m]] + tail
+        outcome = task.extract_outcome(problems[k], tokenizer.decode(alt, skip_special_tokens=True))
+        changed = not task.equivalent(outcome, outcomes[k])
+        important += changed
+        if len(samples) < 6 and (changed or examples < 3):
+            examples += not changed
+            samples.append({"target": tokenizer.decode([responses[k][m]]), "draft": tokenizer.decode([guesses[k][m]]),
+                            "important": changed})
+    return {"problems": len(problems), "mismatches": len(jobs), "important": important,
+            "unimportant": len(jobs) - important, "examples": samples}
+
+
+def evaluate_task(task: Any, target: Any, draft: Any, tokenizer: Any, limit: int, mismatch_limit: int,
+                  gamma: int, log: Callable[[str], None] = print) -> dict:
+    problems = task.load("test", limit=limit)
+    prompts = encode(tokenizer, [task.build_prompt(p, tokenizer) for p in problems])
+    log(f"{task.name}: target generates {len(problems)} responses")
+    responses = greedy_continue(target, tokenizer, prompts, MAX_NEW[task.name])
+    outcomes, t_ok = _score(task, problems, tokenizer, responses)
+    log(f"{task.name}: draft generates")
+    d_out = greedy_continue(draft, tokenizer, prompts, MAX_NEW[task.name])
+    _, d_ok = _score(task, problems, tokenizer, d_out)
+    guesses = draft_argmax(draft, prompts, responses, tokenizer.pad_token_id)
+    be = block_efficiency(responses, guesses, gamma)
+    n = min(mismatch_limit, len(problems))
+    log(f"{task.name}: mismatch census on {n} problems")
+    census = mismatch_census(task, problems[:n], target, tokenizer, prompts[:n], responses[:n], guesses[:n],
+                             outcomes[:n])
+    agree = sum(a == b for r, g in zip(responses, guesses) for a, b in zip(r, g)) / max(1, sum(map(len, responses)))
+    return {"problems": len(problems), "target_accuracy": sum(t_ok) / len(problems),
+            "draft_accuracy": sum(d_ok) / len(problems), f"block_efficiency_gamma{gamma}": be,
+            "draft_token_agreement": agree, "mean_response_tokens": sum(map(len, responses)) / len(problems),
+            "mismatch_census": census}
+
+
+def evaluate_pair(target: str = "pocket-target", draft: str = "pocket-draft", limit: int = 200,
+                  mismatch_limit: int = 40, gamma: int = 8, seed: int = 0, threads: int = 1,
+                  tasks: Sequence[str] = ("pocket-math", "pocket-code"),
+                  log: Callable[[str], None] = print) -> dict:
+    """All the data card's numbers for a pair, on held-out (test split) problems, greedy."""
+    from judgekit.tasks import get_task
+
+    torch.set_num_threads(threads)
+    random.seed(seed)
+    t_model, tokenizer = load(target)
+    d_model, _ = load(draft)
+    report: dict = {"target": str(target), "draft": str(draft), "seed": seed, "gamma": gamma,
+                    "target_parameters": sum(p.numel() for p in t_model.parameters()),
+                    "draft_parameters": sum(p.numel() for p in d_model.parameters())}
+    for name in tasks:
+        report[name] = evaluate_task(get_task(name, seed=seed), t_model, d_model, tokenizer, limit,
+                                     mismatch_limit, gamma, log)
+    return report

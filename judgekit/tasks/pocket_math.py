@@ -1,0 +1,387 @@
+"""pocket-math: seeded GSM8K-shaped word problems (2-4 arithmetic steps, chain of thought, `#### N`).
+
+Each problem comes from a template and a tuple of small numbers; the split ("train"/"test") is a hash of
+(template, numbers), so the splits are disjoint by construction and a test problem's arithmetic never
+appears in training under the same template. Reference solutions are sampled among equivalent phrasings
+(lead words, operand order, `*` vs `x`, an optional "The answer is" line) so that a model trained on them
+makes both harmless mismatches (phrasing) and answer-changing ones (digits).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from judgekit.pocket.common import check_split, split_of, split_rng, weighted
+from judgekit.tasks.base import Outcome, Problem, Task
+
+TEST_FRACTION = 0.2
+DEFAULT_SIZES = {"train": 20000, "test": 500}
+_ANSWER_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+_FIXED_RE = re.compile(r"####\s*-?[\d,]*\.?\d+[ \t]*\n")
+_EOS_MARKERS = ("<|eos|>", "</s>", "<|endoftext|>")
+
+NAMES = (("Mia", "she"), ("Leo", "he"), ("Ana", "she"), ("Sam", "he"), ("Zoe", "she"), ("Max", "he"),
+         ("Eva", "she"), ("Tom", "he"), ("Ivy", "she"), ("Ben", "he"), ("Lily", "she"), ("Omar", "he"))
+ITEMS = ("apples", "pens", "cookies", "stickers", "marbles", "books", "cards", "shells")
+THINGS = ("pencils", "notebooks", "erasers", "markers")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One arithmetic step: `a op b`, rendered as "<lead> <expr> <unit>." with one of several leads."""
+
+    a: int
+    op: str
+    b: int
+    leads: tuple[tuple[float, str], ...]
+    unit: str
+
+    @property
+    def result(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b, "/": self.a // self.b}[self.op]
+
+
+@dataclass(frozen=True)
+class Deco:
+    """Decoration that does not change the arithmetic: who and what."""
+
+    name: str
+    pron: str
+    item: str
+    things: str
+
+    @property
+    def Pron(self) -> str:  # noqa: N802 - sentence-initial pronoun
+        return self.pron.capitalize()
+
+
+def _r(rng: random.Random, lo: int, hi: int) -> int:
+    return rng.randint(lo, hi)
+
+
+def _lead(*leads: str) -> tuple[tuple[float, str], ...]:
+    """The first lead is dominant (greedy models pick it); the others share the rest."""
+    rest = (0.4 / (len(leads) - 1)) if len(leads) > 1 else 0.0
+    return tuple([(0.6, leads[0])] + [(rest, s) for s in leads[1:]])
+
+
+# Each template: sample(rng) -> numbers (or None to reject), build(numbers, deco) -> (question, steps).
+def _shop_sample(rng):
+    a, b = _r(rng, 2, 9), _r(rng, 2, 9)
+    return a, b, _r(rng, 1, a * b - 1)
+
+
+def _shop_build(n, d):
+    a, b, c = n
+    q = (f"{d.name} buys {a} packs of {d.item}. Each pack has {b} {d.item}. {d.Pron} gives {c} {d.item} "
+         f"to a friend. How many {d.item} does {d.name} have now?")
+    s1 = Step(a, "*", b, _lead(f"{d.name} buys", "That is", f"{d.Pron} gets"), d.item)
+    s2 = Step(s1.result, "-", c, _lead(f"Now {d.pron} has", "So", "That leaves"), d.item)
+    return q, [s1, s2]
+
+
+def _share_sample(rng):
+    a, b, k = _r(rng, 5, 40), _r(rng, 2, 30), _r(rng, 2, 9)
+    return (a, b, k) if (a + b) % k == 0 else None
+
+
+def _share_build(n, d):
+    a, b, k = n
+    q = (f"{d.name} has {a} {d.item}. {d.Pron} gets {b} more and shares them equally among {k} friends. "
+         f"How many {d.item} does each friend get?")
+    s1 = Step(a, "+", b, _lead(f"{d.name} has", "In total there are", "Together that is"), d.item)
+    s2 = Step(s1.result, "/", k, _lead("Each friend gets", "So each gets", "That means each friend gets"), d.item)
+    return q, [s1, s2]
+
+
+def _ages_sample(rng):
+    return _r(rng, 3, 15), _r(rng, 1, 9), _r(rng, 2, 5), (_r(rng, 10, 30) if rng.random() < 0.5 else 0)
+
+
+def _ages_build(n, d):
+    a, b, k, c = n
+    poss = "Her" if d.pron == "she" else "His"
+    q = (f"{d.name} is {a} years old. {poss} brother is {b} years older. "
+         f"Their mother is {k} times as old as the brother.")
+    q += f" Their grandfather is {c} years older than the mother. How old is the grandfather?" if c else \
+        " How old is the mother?"
+    s1 = Step(a, "+", b, _lead("The brother is", "So the brother is", "He is"), "years old")
+    s2 = Step(s1.result, "*", k, _lead("The mother is", "So the mother is", "That means the mother is"),
+              "years old")
+    steps = [s1, s2]
+    if c:
+        steps.append(Step(s2.result, "+", c, _lead("The grandfather is", "So the grandfather is"), "years old"))
+    return q, steps
+
+
+def _savings_sample(rng):
+    a, w = _r(rng, 2, 12), _r(rng, 2, 9)
+    return a, w, _r(rng, 1, a * w - 1), (_r(rng, 1, 20) if rng.random() < 0.5 else 0)
+
+
+def _savings_build(n, d):
+    a, w, c, e = n
+    q = f"{d.name} saves {a} dollars each week for {w} weeks. Then {d.pron} spends {c} dollars on a gift."
+    q += (f" Later {d.pron} earns {e} dollars." if e else "") + f" How many dollars does {d.name} have now?"
+    s1 = Step(a, "*", w, _lead(f"{d.name} saves", "That is", "In total"), "dollars")
+    s2 = Step(s1.result, "-", c, _lead("After the gift there are", f"Then {d.pron} has", "So"), "dollars")
+    steps = [s1, s2]
+    if e:
+        steps.append(Step(s2.result, "+", e, _lead(f"Now {d.pron} has", "So"), "dollars"))
+    return q, steps
+
+
+def _garden_sample(rng):
+    r, c, p = _r(rng, 2, 9), _r(rng, 2, 9), _r(rng, 1, 20)
+    return r, c, p, _r(rng, 1, r * c + p - 1)
+
+
+def _garden_build(n, d):
+    r, c, p, k = n
+    q = (f"A garden has {r} rows with {c} flowers in each row. {d.name} plants {p} more flowers and picks "
+         f"{k} flowers. How many flowers are in the garden now?")
+    s1 = Step(r, "*", c, _lead("The garden has", "At first there are", "That is"), "flowers")
+    s2 = Step(s1.result, "+", p, _lead("After planting there are", "Then there are"), "flowers")
+    s3 = Step(s2.result, "-", k, _lead("Now there are", "So"), "flowers")
+    return q, [s1, s2, s3]
+
+
+def _bus_sample(rng):
+    a = _r(rng, 5, 40)
+    b, c = _r(rng, 1, a - 1), _r(rng, 1, 20)
+    return a, b, c, _r(rng, 1, a - b + c - 1), (_r(rng, 1, 15) if rng.random() < 0.5 else 0)
+
+
+def _bus_build(n, d):
+    a, b, c, k, e = n
+    q = (f"A bus has {a} people. At the first stop {b} people get off and {c} people get on. "
+         f"At the second stop {k} people get off.")
+    q += (f" At the third stop {e} people get on." if e else "") + " How many people are on the bus now?"
+    s1 = Step(a, "-", b, _lead("After some get off there are", "Then there are"), "people")
+    s2 = Step(s1.result, "+", c, _lead("After some get on there are", "So there are"), "people")
+    s3 = Step(s2.result, "-", k, _lead("At the second stop it has", "Then there are"), "people")
+    steps = [s1, s2, s3]
+    if e:
+        steps.append(Step(s3.result, "+", e, _lead("Now there are", "So"), "people"))
+    return q, steps
+
+
+def _change_sample(rng):
+    p, k, c = _r(rng, 2, 9), _r(rng, 2, 9), _r(rng, 2, 20)
+    m = rng.choice((20, 50, 100))
+    return (p, k, c, m) if m > p * k + c else None
+
+
+def _change_build(n, d):
+    p, k, c, m = n
+    q = (f"{d.things.capitalize()} cost {p} dollars each. {d.name} buys {k} {d.things} and a book that costs "
+         f"{c} dollars. {d.Pron} pays with {m} dollars. How much change does {d.name} get?")
+    s1 = Step(p, "*", k, _lead(f"The {d.things} cost", "That is"), "dollars")
+    s2 = Step(s1.result, "+", c, _lead("With the book that is", "In total"), "dollars")
+    s3 = Step(m, "-", s2.result, _lead(f"{d.name} gets", "The change is"), "dollars")
+    return q, [s1, s2, s3]
+
+
+def _baking_sample(rng):
+    t, k, j = _r(rng, 2, 6), _r(rng, 2, 9), _r(rng, 2, 6)
+    e = _r(rng, 1, t * k - 1)
+    return (t, k, e, j) if (t * k - e) % j == 0 else None
+
+
+def _baking_build(n, d):
+    t, k, e, j = n
+    q = (f"{d.name} bakes {t} trays of cookies with {k} cookies on each tray. {d.Pron} eats {e} cookies and "
+         f"puts the rest equally into {j} boxes. How many cookies are in each box?")
+    s1 = Step(t, "*", k, _lead(f"{d.name} bakes", "That is"), "cookies")
+    s2 = Step(s1.result, "-", e, _lead("After eating there are", "Then there are"), "cookies")
+    s3 = Step(s2.result, "/", j, _lead("Each box gets", "So each box has"), "cookies")
+    return q, [s1, s2, s3]
+
+
+def _reading_sample(rng):
+    a, k = _r(rng, 3, 20), _r(rng, 2, 4)
+    return a, k, _r(rng, 1, a * k - 1)
+
+
+def _reading_build(n, d):
+    a, k, b = n
+    q = (f"{d.name} reads {a} pages on Monday. On Tuesday {d.pron} reads {k} times as many pages. "
+         f"On Wednesday {d.pron} reads {b} fewer pages than on Tuesday. "
+         f"How many pages does {d.name} read in the three days?")
+    s1 = Step(a, "*", k, _lead("On Tuesday it is", f"{d.Pron} reads"), "pages")
+    s2 = Step(s1.result, "-", b, _lead("On Wednesday it is", "Then"), "pages")
+    s3 = Step(a, "+", s1.result, _lead("Monday and Tuesday make", "So far"), "pages")
+    s4 = Step(s3.result, "+", s2.result, _lead("In total", "All together"), "pages")
+    return q, [s1, s2, s3, s4]
+
+
+Sampler = Callable[[random.Random], Any]
+Builder = Callable[[tuple, Deco], tuple[str, list[Step]]]
+TEMPLATES: dict[str, tuple[Sampler, Builder]] = {
+    "shop": (_shop_sample, _shop_build),
+    "share": (_share_sample, _share_build),
+    "ages": (_ages_sample, _ages_build),
+    "savings": (_savings_sample, _savings_build),
+    "garden": (_garden_sample, _garden_build),
+    "bus": (_bus_sample, _bus_build),
+    "change": (_change_sample, _change_build),
+    "baking": (_baking_sample, _baking_build),
+    "reading": (_reading_sample, _reading_build),
+}
+
+
+def render_expr(step: Step, swap: bool = False, times: str = "*") -> str:
+    """`a op b = r`; commutative ops may be written either way round, `*` also as `x`."""
+    a, b = (step.b, step.a) if swap and step.op in "+*" else (step.a, step.b)
+    op = times if step.op == "*" else step.op
+    return f"{a} {op} {b} = {step.result}"
+
+
+def render_solution(steps: list[Step], rng: random.Random | None = None) -> str:
+    """A chain of thought ending in `#### N`; rng=None gives the canonical (all-dominant) variant."""
+    times = "*" if rng is None else weighted(rng, ((0.75, "*"), (0.25, "x")))
+    lines = []
+    for step in steps:
+        lead = step.leads[0][1] if rng is None else weighted(rng, step.leads)
+        swap = False if rng is None else rng.random() < 0.35
+        lines.append(f"{lead} {render_expr(step, swap, times)} {step.unit}.")
+    answer = steps[-1].result
+    if rng is not None and rng.random() < 0.2:
+        lines.append(f"The answer is {answer}.")
+    lines.append(f"#### {answer}")
+    return "\n".join(lines)
+
+
+def normalize_number(text: str) -> str | None:
+    """'1,200' -> '1200', '19.0' -> '19'; None if it is not a number."""
+    text = text.replace(",", "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return str(int(value)) if value == int(value) else str(value)
+
+
+class PocketMath(Task):
+    """GSM8K-shaped arithmetic word problems generated from a seed (DESIGN.md §6)."""
+
+    name = "pocket-math"
+    source = "generator:judgekit.tasks.pocket_math"
+    splits = ("train", "test")
+    stop_strings = ()
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    # ---- generation -------------------------------------------------------------------------------
+    @staticmethod
+    def key(template: str, numbers: tuple) -> str:
+        """The canonical problem: template and numbers (names and items are decoration)."""
+        return f"{template}|{','.join(map(str, numbers))}"
+
+    def sample(self, split: str, rng: random.Random) -> Problem:
+        """One random problem of `split` (may repeat earlier ones; training uses this directly)."""
+        check_split(split)
+        while True:
+            template = rng.choice(sorted(TEMPLATES))
+            sampler, _ = TEMPLATES[template]
+            numbers = sampler(rng)
+            if numbers is None or split_of(self.key(template, numbers), TEST_FRACTION) != split:
+                continue
+            name, pron = rng.choice(NAMES)
+            deco = Deco(name, pron, rng.choice(ITEMS), rng.choice(THINGS))
+            return self._make(template, tuple(numbers), deco, split, "")
+
+    def _make(self, template: str, numbers: tuple, deco: Deco, split: str, pid: str) -> Problem:
+        question, steps = TEMPLATES[template][1](numbers, deco)
+        meta = {"template": template, "numbers": list(numbers), "deco": [deco.name, deco.pron, deco.item,
+                deco.things], "split": split, "steps": len(steps)}
+        return Problem(self.name, pid, question, str(steps[-1].result), meta)
+
+    def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
+        if data_file:
+            return _load_jsonl(data_file, self.name, limit)
+        check_split(split)
+        n = DEFAULT_SIZES[split] if limit is None else limit
+        rng = split_rng(self.seed, split, self.name)
+        seen: set[str] = set()
+        problems: list[Problem] = []
+        while len(problems) < n:
+            p = self.sample(split, rng)
+            k = self.key(p.meta["template"], tuple(p.meta["numbers"]))
+            if k in seen:
+                continue
+            seen.add(k)
+            problems.append(Problem(p.task, f"s{self.seed}-{split}-{len(problems):05d}", p.question,
+                                    p.reference, p.meta))
+        return problems
+
+    def steps(self, problem: Problem) -> list[Step]:
+        deco = Deco(*problem.meta["deco"])
+        return TEMPLATES[problem.meta["template"]][1](tuple(problem.meta["numbers"]), deco)[1]
+
+    def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
+        """A correct chain of thought; rng samples among equivalent phrasings, None gives the canonical one."""
+        return render_solution(self.steps(problem), rng)
+
+    def solutions(self, problem: Problem, rng: random.Random, n: int = 4) -> list[str]:
+        """Up to n distinct equivalent reference solutions."""
+        out: list[str] = []
+        for _ in range(4 * n):
+            s = self.reference_completion(problem, rng)
+            if s not in out:
+                out.append(s)
+            if len(out) == n:
+                break
+        return out
+
+    # ---- prompting and scoring --------------------------------------------------------------------
+    def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
+                     few_shot: int = 0) -> str:
+        shots = self.load("train", limit=few_shot) if few_shot else []
+        pairs = [(s.question, self.reference_completion(s)) for s in shots]
+        return format_prompt(problem.question, tokenizer, chat_template, pairs)
+
+    def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
+        matches = _ANSWER_RE.findall(completion)
+        return normalize_number(matches[-1]) if matches else None
+
+    def outcome_fixed(self, completion: str) -> bool:
+        return bool(_FIXED_RE.search(completion)) or any(m in completion for m in _EOS_MARKERS)
+
+    def grade(self, problem: Problem, outcome: Outcome) -> bool:
+        return outcome is not None and outcome == normalize_number(str(problem.reference))
+
+
+def format_prompt(question: str, tokenizer: Any = None, chat_template: bool = True,
+                  shots: list[tuple[str, str]] | None = None) -> str:
+    """Chat template when the tokenizer has one (and it is asked), else "Question: ...\\nAnswer: "."""
+    shots = shots or []
+    if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        messages = []
+        for q, a in shots:
+            messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        messages.append({"role": "user", "content": question})
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prefix = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in shots)
+    return f"{prefix}Question: {question}\nAnswer: "
+
+
+def _load_jsonl(path: str, task: str, limit: int | None) -> list[Problem]:
+    """Problems saved as JSONL rows {problem_id, question, reference, meta}."""
+    problems = []
+    with Path(path).open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            problems.append(Problem(task, str(row["problem_id"]), row["question"], row["reference"],
+                                    row.get("meta", {})))
+            if limit is not None and len(problems) >= limit:
+                break
+    return problems

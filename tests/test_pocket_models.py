@@ -1,0 +1,93 @@
+"""The shipped pocket pair: loadable through the aliases, compatible, small, and the target solves fixed
+held-out problems. Plus the pure helpers behind the data card's numbers (BE by teacher forcing, tokenizer)."""
+
+import pytest
+import torch
+
+from judgekit.errors import JudgekitError
+from judgekit.pocket import POCKET_DIR, pocket_model_path
+from judgekit.pocket.evaluate import block_efficiency, greedy_blocks, greedy_continue
+
+# Held-out (test split, seed 0) problems the shipped target solves (checked greedy); indices into
+# task.load("test"). Code index 0 (count_char with a rare letter) is one it gets wrong.
+FIXED_MATH = [0, 1, 2, 3, 4, 5]
+FIXED_CODE = [1, 2, 3, 4, 5, 7]
+
+shipped = pytest.mark.skipif(not (POCKET_DIR / "target" / "model.safetensors").exists(),
+                             reason="pocket models not trained (run `judgekit pocket train`)")
+
+
+def test_alias_paths():
+    assert pocket_model_path("pocket-target") == POCKET_DIR / "target"
+    assert pocket_model_path("pocket-draft") == POCKET_DIR / "draft"
+    with pytest.raises(JudgekitError):
+        pocket_model_path("pocket-huge")
+
+
+def test_greedy_blocks():
+    assert greedy_blocks([True] * 8, gamma=8) == 1  # 8 accepted + the bonus would follow
+    assert greedy_blocks([True] * 9, gamma=8) == 1  # ... and the bonus is the 9th token
+    assert greedy_blocks([True] * 10, gamma=8) == 2
+    assert greedy_blocks([False] * 3, gamma=8) == 3  # each block emits only the target's token
+    assert greedy_blocks([True, True, False, True], gamma=8) == 2  # [T T (fix)] [T]
+    assert block_efficiency([[1, 2, 3, 4]], [[1, 2, 9, 4]], gamma=8) == 2.0
+
+
+def test_tokenizer_splits_digits_and_round_trips():
+    from judgekit.pocket.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    assert len(tok) <= 2048
+    text = "So 12 + 305 = 317 apples.\n#### 317"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    pieces = [tok.decode([i]) for i in ids]
+    assert "3" in pieces and "317" not in pieces and " apples" in pieces
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Hi?"}], tokenize=False, add_generation_prompt=True)
+    assert prompt == "<|user|>\nHi?\n<|assistant|>\n"
+
+
+@shipped
+def test_shipped_pair_loads_through_aliases_and_solves_fixed_problems():
+    from judgekit.tasks import get_task
+
+    try:
+        from judgekit.models import load_model_pair
+    except ImportError:  # the lead's loader not there: the hub loader on the alias paths is the same thing
+        load_model_pair = None
+    if load_model_pair is not None:
+        pair = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
+        target, draft, tok = pair.target, pair.draft, pair.tokenizer
+    else:  # pragma: no cover
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        target = AutoModelForCausalLM.from_pretrained(pocket_model_path("pocket-target"))
+        draft = AutoModelForCausalLM.from_pretrained(pocket_model_path("pocket-draft"))
+        tok = AutoTokenizer.from_pretrained(pocket_model_path("pocket-draft"))
+    assert tok.chat_template and tok.eos_token == "<|eos|>"
+    n_target = sum(p.numel() for p in target.parameters())
+    n_draft = sum(p.numel() for p in draft.parameters())
+    assert n_draft * 2 < n_target
+    size = sum(f.stat().st_size for d in ("target", "draft") for f in (POCKET_DIR / d).iterdir())
+    assert size <= 25 * 2**20
+
+    torch.set_num_threads(1)
+    for name, fixed in (("pocket-math", FIXED_MATH), ("pocket-code", FIXED_CODE)):
+        task = get_task(name)
+        problems = task.load("test", limit=max(fixed) + 1)
+        chosen = [problems[i] for i in fixed]
+        prompts = [tok(task.build_prompt(p, tok), add_special_tokens=False)["input_ids"] for p in chosen]
+        outs = greedy_continue(target, tok, prompts, 160)
+        for p, o in zip(chosen, outs):
+            text = tok.decode(o, skip_special_tokens=True)
+            assert o[-1] == tok.eos_token_id, text
+            assert task.grade(p, task.extract_outcome(p, text)), (p.question, text)
+
+
+def test_cli_parses_pocket_commands():
+    from judgekit.cli import build_parser
+
+    args = build_parser().parse_args(["pocket", "train", "--only", "draft", "--seed", "2"])
+    assert args.only == "draft" and args.seed == 2 and callable(args.func)
+    args = build_parser().parse_args(["pocket", "eval", "--limit", "5"])
+    assert args.limit == 5 and args.target == "pocket-target"

@@ -1,0 +1,161 @@
+"""pocket-math and pocket-code: determinism, disjoint splits, outcome extraction, grading, equivalent variants."""
+
+import json
+import random
+
+import pytest
+
+from judgekit.errors import JudgekitError
+from judgekit.pocket.common import split_of
+from judgekit.tasks import get_task
+from judgekit.tasks.pocket_code import PocketCode, extract_code, parse_results, harness_program
+from judgekit.tasks.pocket_math import PocketMath
+
+
+def _keys(task, problems):
+    if task.name == "pocket-math":
+        return {task.key(p.meta["template"], tuple(p.meta["numbers"])) for p in problems}
+    return {task.key(p.meta["family"], tuple(p.meta["params"])) for p in problems}
+
+
+@pytest.mark.parametrize("name", ["pocket-math", "pocket-code"])
+def test_deterministic_for_a_seed(name):
+    a = get_task(name, seed=3).load("test", limit=30)
+    b = get_task(name, seed=3).load("test", limit=30)
+    assert [(p.problem_id, p.question, p.reference) for p in a] == [(p.problem_id, p.question, p.reference) for p in b]
+    c = get_task(name, seed=4).load("test", limit=30)
+    assert [p.question for p in a] != [p.question for p in c]
+    rng_a, rng_b = random.Random(1), random.Random(1)
+    task = get_task(name)
+    assert [task.reference_completion(p, rng_a) for p in a] == [task.reference_completion(p, rng_b) for p in a]
+
+
+@pytest.mark.parametrize("name,frac", [("pocket-math", 0.2), ("pocket-code", 0.25)])
+def test_splits_are_disjoint(name, frac):
+    task = get_task(name)
+    train, test = task.load("train", limit=600), task.load("test", limit=150)
+    ktrain, ktest = _keys(task, train), _keys(task, test)
+    assert ktrain and ktest and not (ktrain & ktest)
+    assert all(split_of(k, frac) == "test" for k in ktest)
+    # another seed draws other problems but never crosses the split
+    assert not (_keys(task, get_task(name, seed=9).load("train", limit=600)) & ktest)
+    assert len({p.problem_id for p in test}) == len(test)
+
+
+def test_unknown_split_is_refused():
+    with pytest.raises(JudgekitError):
+        PocketMath().load("validation")
+
+
+def test_problems_are_json_serialisable():
+    for task in (PocketMath(), PocketCode()):
+        for p in task.load("test", limit=5):
+            json.dumps([p.question, p.reference, p.meta])
+
+
+# ---- pocket-math ---------------------------------------------------------------------------------------
+def test_math_solutions_are_varied_and_all_correct():
+    task = PocketMath()
+    rng = random.Random(0)
+    problems = task.load("test", limit=40)
+    steps = {len(task.steps(p)) for p in problems}
+    assert steps == {2, 3, 4}
+    variants = 0
+    for p in problems:
+        sols = task.solutions(p, rng, n=4)
+        variants += len(sols) > 1
+        for s in sols + [task.reference_completion(p)]:
+            assert s.splitlines()[-1] == f"#### {p.reference}"
+            assert task.grade(p, task.extract_outcome(p, s))
+        outs = {task.extract_outcome(p, s) for s in sols}
+        assert len(outs) == 1  # equivalent phrasings -> one outcome
+    assert variants > 30
+
+
+def test_math_extraction_and_fixed():
+    task = PocketMath()
+    p = task.load("test", limit=1)[0]
+    assert task.extract_outcome(p, "So 3 + 4 = 7.\n#### 1,200") == "1200"
+    assert task.extract_outcome(p, "#### 12.0") == "12"
+    assert task.extract_outcome(p, "no answer") is None
+    assert task.extract_outcome(p, "#### 3\n#### 5") == "5"
+    assert not task.outcome_fixed("So 3 + 4 = 7.\n#### 1")
+    assert task.outcome_fixed("#### 12\n")
+    assert task.outcome_fixed("#### 12<|eos|>")
+    assert task.grade(p, p.reference) and not task.grade(p, None)
+    assert task.equivalent("7", "7") and not task.equivalent("7", "8")
+
+
+def test_math_prompt_plain_and_chat():
+    task = PocketMath()
+    p = task.load("test", limit=1)[0]
+    assert task.build_prompt(p) == f"Question: {p.question}\nAnswer: "
+
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return "<|user|>\n" + messages[-1]["content"] + "\n<|assistant|>\n"
+
+    assert task.build_prompt(p, Tok()) == f"<|user|>\n{p.question}\n<|assistant|>\n"
+    assert task.build_prompt(p, Tok(), chat_template=False).startswith("Question: ")
+
+
+def test_math_data_file(tmp_path):
+    task = PocketMath()
+    probs = task.load("test", limit=3)
+    f = tmp_path / "p.jsonl"
+    f.write_text("\n".join(json.dumps({"problem_id": p.problem_id, "question": p.question,
+                                       "reference": p.reference, "meta": p.meta}) for p in probs))
+    again = task.load(data_file=str(f), limit=2)
+    assert [p.question for p in again] == [p.question for p in probs[:2]]
+
+
+# ---- pocket-code ---------------------------------------------------------------------------------------
+def test_code_extraction():
+    assert extract_code("Here:\n```python\ndef f():\n    return 1\n```\nmore") == "def f():\n    return 1\n"
+    assert extract_code("```python\ndef f():\n    return") == "def f():\n    return"  # unclosed: to the end
+    assert extract_code("def f(): pass") is None
+    task = PocketCode()
+    assert task.outcome_fixed("```python\nx = 1\n```")
+    assert not task.outcome_fixed("```python\nx = 1\n")
+    assert parse_results("@@POCKET 0 1\nnoise\n@@POCKET 2 1\n", 3) == [True, False, True]
+
+
+def test_code_families_have_several_forms():
+    task = PocketCode()
+    rng = random.Random(0)
+    fams = {}
+    for p in task.load("train", limit=200):
+        fams.setdefault(p.meta["family"], set()).update(task.solutions(p, rng, n=3))
+    assert len(fams) == 9
+    assert all(len(s) >= 2 for s in fams.values())
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_code_variants_pass_and_wrong_code_fails(seed):
+    """Runs in the sandbox: every equivalent form passes every test; an operator slip changes the vector."""
+    pytest.importorskip("judgekit.sandbox")
+    task = PocketCode(seed=seed)
+    rng = random.Random(seed)
+    problems = task.load("test", limit=9)  # one per family (round robin)
+    assert len({p.meta["family"] for p in problems}) == 9
+    for p in problems:
+        n = len(p.reference["tests"])
+        sols = task.solutions(p, rng, n=2)
+        outs = [task.extract_outcome(p, s) for s in sols]
+        assert all(o == [True] * n for o in outs), (p.question, sols, outs)
+        assert task.grade(p, outs[0]) and task.equivalent(outs[0], outs[-1])
+    p = next(p for p in problems if p.meta["family"] == "sum_if")
+    wrong = task.reference_completion(p).replace(f" {p.meta['params'][0]} ", " == ")
+    bad = task.extract_outcome(p, wrong)
+    assert bad is not None and not all(bad) and not task.grade(p, bad)
+    assert task.extract_outcome(p, "no code") is None and not task.grade(p, None)
+    broken = task.extract_outcome(p, "```python\ndef sum_if(xs):\n    return (\n```")
+    assert broken == [False] * len(p.reference["tests"])
+
+
+def test_test_program_is_plain_source():
+    src = harness_program("def f():\n    return 1", ["f() == 1"])
+    compile(src, "<t>", "exec")  # the harness itself always compiles, whatever the solution

@@ -20,9 +20,22 @@ from transformers import DynamicCache
 
 @dataclass
 class RowCache:
+    """One sequence's KV state: either a live transformers cache (while it runs alone, so a decoding step
+    costs no rebuild) or per-layer key/value tensors [1, heads, len(ids), dim] (after a batched step)."""
+
     ids: list[int] = field(default_factory=list)
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer [1, heads, len(ids), dim]
+    keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
+    cache: DynamicCache | None = None
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cache is not None:
+            return self.cache.layers[layer].keys, self.cache.layers[layer].values
+        return self.keys[layer], self.values[layer]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.cache.layers) if self.cache is not None else len(self.keys)
 
 
 @dataclass
@@ -39,18 +52,28 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return next(i for i in range(n) if a[i] != b[i])
 
 
+def _single_cache(model, row: RowCache, common: int) -> DynamicCache:
+    """The row's own cache cropped to ``common`` tokens (built once, then reused step after step)."""
+    if row.cache is None:
+        row.cache = _build_cache(model, [row], [common], common)
+        row.keys, row.values = [], []
+    elif len(row.ids) > common:
+        row.cache.crop(-(len(row.ids) - common))
+    return row.cache
+
+
 def _build_cache(model, rows: list[RowCache], commons: list[int], past: int) -> DynamicCache:
     cache = DynamicCache(config=model.config)
     if past == 0:
         return cache
     ref = rows[commons.index(past)]
-    for layer in range(len(ref.keys)):
+    for layer in range(ref.n_layers):
         ks, vs = [], []
         for row, c in zip(rows, commons):
             if c == 0:  # a fresh row next to cached ones: all of its slots are padding
-                k = v = torch.zeros_like(ref.keys[layer][..., :0, :])
+                k = v = torch.zeros_like(ref.layer_kv(layer)[0][..., :0, :])
             else:
-                k, v = row.keys[layer][..., :c, :], row.values[layer][..., :c, :]
+                k, v = (t[..., :c, :] for t in row.layer_kv(layer))
             if c < past:  # left-pad: padded slots are masked out
                 pad = (0, 0, past - c, 0)
                 k, v = torch.nn.functional.pad(k, pad), torch.nn.functional.pad(v, pad)
@@ -77,7 +100,7 @@ def feed(model, rows: list[RowCache], seqs: list[list[int]], vocab: int, *, all_
     new = [s[c:] for s, c in zip(seqs, commons)]
     past, width = max(commons), max(len(x) for x in new)
     single = len(rows) == 1
-    cache = _build_cache(model, rows, commons, past)
+    cache = _single_cache(model, rows[0], past) if single else _build_cache(model, rows, commons, past)
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     for i, toks in enumerate(new):
         input_ids[i, : len(toks)] = torch.tensor(toks)
@@ -113,9 +136,11 @@ def feed(model, rows: list[RowCache], seqs: list[list[int]], vocab: int, *, all_
     results = []
     for i, (row, seq, c, toks) in enumerate(zip(rows, seqs, commons, new)):
         row.ids = list(seq)
-        lo, hi = past - c, past + len(toks)
-        row.keys = [layer.keys[i: i + 1, :, lo:hi] for layer in cache.layers]
-        row.values = [layer.values[i: i + 1, :, lo:hi] for layer in cache.layers]
+        if not single:  # hand every row its own slice of the batched cache
+            lo, hi = past - c, past + len(toks)
+            row.keys = [layer.keys[i: i + 1, :, lo:hi] for layer in cache.layers]
+            row.values = [layer.values[i: i + 1, :, lo:hi] for layer in cache.layers]
+            row.cache = None
         n = len(toks)
         argmax = preds_host[i][:n] if all_positions else preds_host[i]
         hidden = None

@@ -151,18 +151,19 @@ def format_report(timings: list[Timing], identical: bool, title: str) -> str:
     return "\n".join(lines)
 
 
-def run_mine_bench(pair, task, problems, cfg) -> dict:
-    """Mine the same problems with judgekit's miner and the plain reference procedure; compare."""
+def run_mine_bench(pair, task, problems, cfg, batch_size: int = 1) -> dict:
+    """Mine the same problems with judgekit's miner (``batch_size`` problems advancing together) and the
+    plain reference procedure (batch 1, no cache, rollouts to EOS/max_new_tokens); compare."""
     from judgekit.mining import Miner
     from judgekit.mining_reference import ReferenceMiner, label_agreement
 
     with torch.inference_mode():
         Miner(pair, task, cfg).mine(problems[0])  # warm-up
-        secs_ours, ours = _time(lambda: [Miner(pair, task, cfg).mine(p) for p in problems], pair.device)
+        secs_ours, ours = _time(lambda: list(Miner(pair, task, cfg, batch_size).mine_many(problems)), pair.device)
         secs_ref, ref = _time(lambda: [ReferenceMiner(pair, task, cfg).mine(p) for p in problems], pair.device)
     agreement, same, union = label_agreement(ours, ref)
     return {
-        "problems": len(problems), "agreement": agreement, "agreeing": same, "union": union,
+        "problems": len(problems), "batch_size": batch_size, "agreement": agreement, "agreeing": same, "union": union,
         "mismatches": sum(len(r.records) for r in ours),
         "important": sum(m.important for r in ours for m in r.records),
         "rollouts_ours": sum(r.n_rollouts for r in ours), "rollouts_reference": sum(r.n_rollouts for r in ref),
@@ -173,7 +174,7 @@ def run_mine_bench(pair, task, problems, cfg) -> dict:
 def format_mine_report(r: dict, title: str) -> str:
     return "\n".join([
         title,
-        f"problems {r['problems']}, mismatches {r['mismatches']} ({r['important']} important), "
+        f"problems {r['problems']} (judgekit batch size {r['batch_size']}), mismatches {r['mismatches']} ({r['important']} important), "
         f"rollouts judgekit {r['rollouts_ours']} / reference {r['rollouts_reference']}",
         f"label agreement: {r['agreement']:.4f} ({r['agreeing']}/{r['union']} mismatches)",
         f"wall time: judgekit {r['seconds_ours']:.2f}s, reference {r['seconds_reference']:.2f}s, "

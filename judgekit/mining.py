@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -49,6 +50,7 @@ class MineConfig:
     layers: tuple[int, ...] = (-1,)  # indexes into transformers' hidden_states tuple (-1 = final, after norm)
     draft_features: bool = False
     chat_template: bool = True
+    lookahead: int = 8  # copy drafts verified per rollout forward (0 = one token per forward)
 
 
 @dataclass
@@ -105,6 +107,30 @@ class ProblemResult:
         }
 
 
+def lookup_draft(seq: list[int], reference, k: int, ngram: int = 3) -> list[int]:
+    """Up to k tokens that followed the latest occurrence of seq's last n-gram (n = ngram..1) in reference
+    or in seq itself (prompt-lookup decoding); [] if there is none. Pure and cheap: a few list scans."""
+    if k <= 0:
+        return []
+    for n in range(min(ngram, len(seq)), 0, -1):
+        tail = seq[-n:]
+        for source, stop in ((reference, len(reference)), (seq, len(seq) - 1)):
+            for i in range(stop - n, -1, -1):
+                if source[i: i + n] == tail:
+                    follow = list(source[i + n: i + n + k])
+                    if follow:
+                        return follow
+    return []
+
+
+@dataclass
+class _Score:
+    """A request to score a completion with the task (may run a program's tests in the sandbox)."""
+
+    problem: Problem
+    text: str
+
+
 @dataclass
 class _Feed:
     """A request from a problem's mining coroutine: make ``model``'s cache hold ``seq`` and predict."""
@@ -132,6 +158,8 @@ class Miner:
         self.batch_size = batch_size
         self.eos = eos_ids(pair)
         self.tokenizer = pair.tokenizer
+        # Outcomes of different problems are scored concurrently (code tests are subprocesses).
+        self._pool = ThreadPoolExecutor(max_workers=batch_size)
 
     # -- outcomes -------------------------------------------------------------------------------------------
     def _text(self, completion: list[int]) -> str:
@@ -147,27 +175,44 @@ class Miner:
     def outcome(self, problem: Problem, completion: list[int]) -> Any:
         return self.task.extract_outcome(problem, self._text(completion))
 
+    def _score(self, problem: Problem, completion: list[int], memo: dict):
+        """The outcome, as a request the scheduler runs beside other problems' (code tests run in parallel);
+        completions with the same outcome key (e.g. the same program) are scored once."""
+        text = self._text(completion)
+        key = self.task.outcome_key(text)
+        if key not in memo:
+            memo[key] = yield _Score(problem, text)
+        return memo[key]
+
     # -- driving the coroutines -----------------------------------------------------------------------------
     def mine(self, problem: Problem) -> ProblemResult:
         return next(self.mine_many([problem]))
 
     def mine_many(self, problems) -> Iterator[ProblemResult]:
-        """Results in completion order; up to ``batch_size`` problems advance together."""
+        """Results in completion order; up to ``batch_size`` problems advance together.
+
+        Each step runs the pending forwards of all problems as one batched forward per model and kind;
+        scoring requests go to a thread pool and overlap with the forwards (code tests are subprocesses).
+        """
         pending = iter(problems)
-        active: list[tuple[Any, dict, _Feed]] = []  # (coroutine, its row caches, its current request)
+        active: list[list] = []  # [coroutine, its row caches, its current request, its scoring future]
 
         def start_next() -> bool:
             problem = next(pending, None)
             if problem is None:
                 return False
             co = self._mine_steps(problem)
-            active.append((co, {"target": RowCache(), "draft": RowCache()}, next(co)))
+            active.append([co, {"target": RowCache(), "draft": RowCache()}, next(co), None])
             return True
 
         while len(active) < self.batch_size and start_next():
             pass
         while active:
-            replies: dict[int, FeedResult] = {}
+            replies: dict[int, Any] = {}
+            for i, slot in enumerate(active):
+                if isinstance(slot[2], _Score) and slot[3] is None:
+                    req = slot[2]
+                    slot[3] = self._pool.submit(self.task.extract_outcome, req.problem, req.text)
             for name in ("target", "draft"):
                 for group in self._groups(active, name):
                     idx = [i for i, _ in group]
@@ -177,10 +222,21 @@ class Miner:
                                self.pair.vocab_size, all_positions=reqs[0].all_positions,
                                hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
                     replies.update(zip(idx, out))
+            futures = [slot[3] for slot in active if slot[3] is not None]
+            if futures and not replies:  # nothing else to do: wait for a score
+                wait(futures, return_when=FIRST_COMPLETED)
+            for i, slot in enumerate(active):
+                if slot[3] is not None and slot[3].done():
+                    replies[i] = slot[3].result()
+                    slot[3] = None
             still = []
-            for i, (co, caches, _) in enumerate(active):
+            for i, slot in enumerate(active):
+                if i not in replies:
+                    still.append(slot)
+                    continue
                 try:
-                    still.append((co, caches, co.send(replies[i])))
+                    slot[2] = slot[0].send(replies[i])
+                    still.append(slot)
                 except StopIteration as done:
                     yield done.value
             active = still
@@ -191,34 +247,48 @@ class Miner:
     def _groups(active, name: str):
         """Requests for one model, split by kind (teacher forcing vs generation) so each runs as one forward."""
         kinds: dict[bool, list] = {}
-        for i, (_, _, req) in enumerate(active):
-            if req.model == name:
+        for i, (_, _, req, _) in enumerate(active):
+            if isinstance(req, _Feed) and req.model == name:
                 kinds.setdefault(req.all_positions, []).append((i, req))
         return list(kinds.values())
 
     # -- the algorithm, one problem -------------------------------------------------------------------------
-    def _rollout(self, prompt: list[int], completion: list[int]):
+    def _rollout(self, prompt: list[int], completion: list[int], reference: list[int] = ()):
         """Greedy target completion of prompt + completion, stopped once the outcome is fixed.
 
-        Returns the generated tokens and the hidden states (requested layers) after reading the last given token.
+        Returns the generated tokens and the hidden states (requested layers) after reading the last given
+        token. Greedy decoding is verified speculatively against copy drafts (:func:`lookup_draft`): after
+        a substitution the target mostly re-joins the previous response, and one forward then checks up to
+        ``lookahead`` copied tokens — the output is the plain greedy one, in far fewer forwards.
         """
         reply = yield _Feed("target", prompt + completion, hidden_layers=self.cfg.layers)
         hidden = {layer: h[0] for layer, h in reply.hidden.items()}
         generated: list[int] = []
         budget = self.cfg.max_new_tokens
-        while not self._finished(completion + generated) and len(completion) + len(generated) < budget:
-            generated.append(reply.argmax[-1])
+        proposals = [reply.argmax[-1]]  # greedy tokens known so far, first one verified by construction
+        while proposals:
+            for tok in proposals:
+                if self._finished(completion + generated) or len(completion) + len(generated) >= budget:
+                    return generated, hidden
+                generated.append(tok)
             if self._finished(completion + generated) or len(completion) + len(generated) >= budget:
                 break
-            reply = yield _Feed("target", prompt + completion + generated)
+            seq = prompt + completion + generated
+            room = budget - len(completion) - len(generated) - 1
+            drafts = lookup_draft(seq, reference, min(self.cfg.lookahead, room)) if room > 0 else []
+            reply = yield _Feed("target", seq + drafts, all_positions=bool(drafts))
+            preds = reply.argmax[len(seq) - 1 - reply.common:] if drafts else reply.argmax[-1:]
+            n = next((i for i, d in enumerate(drafts) if preds[i] != d), len(drafts))
+            proposals = drafts[:n] + [preds[n]]
         return generated, hidden
 
     def _mine_steps(self, problem: Problem):
         start = time.perf_counter()
         prompt_text = self.task.build_prompt(problem, self.tokenizer, chat_template=self.cfg.chat_template)
         prompt = encode_prompt(self.tokenizer, prompt_text)
-        response, _ = yield from self._rollout(prompt, [])
-        target_outcome = self.outcome(problem, response)
+        response, _ = yield from self._rollout(prompt, [], prompt)
+        memo: dict = {}
+        target_outcome = yield from self._score(problem, response, memo)
         result = ProblemResult(problem, prompt, [], "", target_outcome,
                                bool(self.task.grade(problem, target_outcome)), n_rollouts=1)
         preds: list[int] = [-1]  # preds[i] = draft argmax for absolute position i (none for position 0)
@@ -237,10 +307,10 @@ class Miner:
                 break
             d = preds[base + m]
             alt_prefix = response[:m] + [d]
-            generated, hidden = yield from self._rollout(prompt, alt_prefix)
+            generated, hidden = yield from self._rollout(prompt, alt_prefix, response[m + 1:] + prompt)
             alternative = alt_prefix + generated
             result.n_rollouts += 1
-            alt_outcome = self.outcome(problem, alternative)
+            alt_outcome = yield from self._score(problem, alternative, memo)
             important = not self.task.equivalent(target_outcome, alt_outcome)
             result.records.append(MismatchRecord(
                 position=m, context_ids=prompt + response[:m], draft_token=d, target_token=response[m],

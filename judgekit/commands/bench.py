@@ -71,7 +71,7 @@ def run_mine(args) -> int:
         raise JudgekitError(f"task {args.task!r} has no problems in split {args.split!r}")
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens)
-    report = run_mine_bench(pair, task, problems, cfg)
+    report = run_mine_bench(pair, task, problems, cfg, args.batch_size)
     print(format_mine_report(report, f"mining {args.task} ({args.split}) with {args.target} / {args.draft} on "
                                      f"{pair.device}, max_new_tokens={args.max_new_tokens}"))
     return 0
@@ -113,6 +113,7 @@ def register(sub) -> None:
     m.add_argument("--data-file")
     m.add_argument("--problems", type=int, default=8)
     m.add_argument("--max-new-tokens", type=int, default=256)
+    m.add_argument("--batch-size", type=int, default=8, help="problems judgekit's miner advances together")
     m.add_argument("--threads", type=int, help="CPU threads for torch")
     m.add_argument("--device", default="auto")
     m.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])

@@ -36,7 +36,7 @@ def run(args) -> int:
     print(f"\n== mining {args.mine_problems} pocket-math training problems into {out}")
     mine_to_dir(pair, task, task.load("train", limit=args.mine_problems), out,
                 MineConfig(max_new_tokens=args.max_new_tokens), split="train", limit=args.mine_problems,
-                resume=True, flush_every=1)
+                resume=True, flush_every=1, progress=False)
     validate_dir(out)
     print(format_stats(dir_stats(out)))
     return 0

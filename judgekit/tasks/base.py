@@ -46,6 +46,11 @@ class Task(ABC):
         """True once no further text can change the outcome (lets mining stop a rollout early)."""
         return any(s in completion for s in self.stop_strings)
 
+    def outcome_key(self, completion: str) -> str:
+        """The part of a completion its outcome depends on (code tasks: the program), so that mining scores
+        completions that differ only elsewhere (e.g. in the prose before the code) once."""
+        return completion
+
     def equivalent(self, a: Outcome, b: Outcome) -> bool:
         """Whether two outcomes count as the same result (mining's importance test)."""
         return a == b

@@ -267,6 +267,9 @@ class LiveCodeBench(Task):
             return None
         return self.run_tests(problem, code)
 
+    def outcome_key(self, completion: str) -> str:
+        return (last_code_block(completion) or "").strip()
+
     def outcome_fixed(self, completion: str) -> bool:
         return code_fence_closed(completion)
 

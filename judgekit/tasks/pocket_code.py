@@ -422,6 +422,10 @@ class PocketCode(Task):
         result = run_program(harness_program(code, tests), limits=self.limits or SandboxLimits(timeout_s=5.0))
         return parse_results(getattr(result, "stdout", "") or "", len(tests))
 
+    def outcome_key(self, completion: str) -> str:
+        code = extract_code(completion)
+        return "" if code is None else code
+
     def outcome_fixed(self, completion: str) -> bool:
         return bool(_CLOSED_RE.search(completion)) or any(m in completion for m in _EOS_MARKERS)
 

@@ -630,7 +630,7 @@ def format_stats(stats: dict[str, Any]) -> str:
         f"max_new_tokens {st['max_new_tokens']}",
         f"  models       target {st['target']}, draft {st['draft']}",
         f"  problems     {stats['problems']} in {stats['shards']} shard(s) from {stats['ranks']} rank(s), "
-        f"wall time {_fmt_duration(stats['wall_time_s'])}, {stats['size_bytes'] / 2**20:.1f} MiB",
+        f"summed problem time {_fmt_duration(stats['wall_time_s'])}, {stats['size_bytes'] / 2**20:.1f} MiB",
         f"  target acc   {_fmt_pct(stats['target_accuracy'])} ({stats['target_correct']}/{stats['problems']})",
         f"  rollouts     {_fmt_summary(stats['rollouts_per_problem'])} per problem",
         f"  mismatches   {stats['mismatches']} ({_fmt_summary(stats['mismatches_per_problem'])} per problem)",

@@ -21,7 +21,7 @@ demo: env
 	$(BIN)/judgekit demo
 
 test: env
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider
 
 bench: env
 	$(BIN)/judgekit bench decode

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from judgekit.batching import FeedResult, RowCache, feed
+from judgekit.batching import RowCache, feed
 from judgekit.decoding import eos_ids
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task

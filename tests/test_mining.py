@@ -10,11 +10,10 @@ import sys
 import time
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
-from judgekit.mining import MineConfig, Miner, mine_to_dir
+from judgekit.mining import MineConfig, Miner
 from judgekit.mining_reference import ReferenceMiner, label_agreement
 from judgekit.models import load_model_pair
 from judgekit.store import read_mismatches, read_problems, validate_dir

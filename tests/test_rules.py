@@ -875,7 +875,7 @@ def test_leading_run(name, params, with_shape):
 
 def test_leading_run_random_acceptance_statistics():
     """With h = 1/2 at every position, n_accepted is geometric truncated at k (leading run, not a sum)."""
-    k, vocab, n = 3, 4, 4000
+    k, n = 3, 4000
     rule = make_rule("lossless")
     # q puts 2/3 on token 0 where p has 1/3: h(0) = 1/2
     q = _t([[2 / 3, 1 / 3, 0, 0]] * k)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from judgekit.pocket.common import check_split, split_of, split_rng, stable_hash, weighted
-from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.pocket_math import _EOS_MARKERS, _load_jsonl, format_prompt
+from judgekit.tasks.base import Outcome, Problem
+from judgekit.tasks.pocket_math import _EOS_MARKERS, PocketTask, _load_jsonl
 
 TEST_FRACTION = 0.25
 DEFAULT_SIZES = {"train": 2000, "test": 200}
@@ -324,7 +324,7 @@ def parse_results(stdout: str, n_tests: int) -> list[bool]:
     return passed
 
 
-class PocketCode(Task):
+class PocketCode(PocketTask):
     """Short function-writing tasks with hidden asserts, generated from a seed (DESIGN.md §6)."""
 
     name = "pocket-code"
@@ -392,22 +392,6 @@ class PocketCode(Task):
 
     def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
         return f"```python\n{self.reference_code(problem, rng)}\n```"
-
-    def solutions(self, problem: Problem, rng: random.Random, n: int = 4) -> list[str]:
-        out: list[str] = []
-        for _ in range(6 * n):
-            s = self.reference_completion(problem, rng)
-            if s not in out:
-                out.append(s)
-            if len(out) == n:
-                break
-        return out
-
-    def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
-                     few_shot: int = 0) -> str:
-        shots = self.load("train", limit=few_shot) if few_shot else []
-        pairs = [(s.question, self.reference_completion(s)) for s in shots]
-        return format_prompt(problem.question, tokenizer, chat_template, pairs)
 
     def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
         code = extract_code(completion)

@@ -267,7 +267,31 @@ def normalize_number(text: str) -> str | None:
     return str(int(value)) if value == int(value) else str(value)
 
 
-class PocketMath(Task):
+class PocketTask(Task):
+    """What the two pocket generators share: sampling equivalent solutions and building prompts."""
+
+    def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
+        raise NotImplementedError
+
+    def solutions(self, problem: Problem, rng: random.Random, n: int = 4) -> list[str]:
+        """Up to n distinct equivalent reference solutions."""
+        out: list[str] = []
+        for _ in range(6 * n):
+            s = self.reference_completion(problem, rng)
+            if s not in out:
+                out.append(s)
+            if len(out) == n:
+                break
+        return out
+
+    def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
+                     few_shot: int = 0) -> str:
+        shots = self.load("train", limit=few_shot) if few_shot else []
+        pairs = [(s.question, self.reference_completion(s)) for s in shots]
+        return format_prompt(problem.question, tokenizer, chat_template, pairs)
+
+
+class PocketMath(PocketTask):
     """GSM8K-shaped arithmetic word problems generated from a seed (DESIGN.md §6)."""
 
     name = "pocket-math"
@@ -329,24 +353,7 @@ class PocketMath(Task):
         """A correct chain of thought; rng samples among equivalent phrasings, None gives the canonical one."""
         return render_solution(self.steps(problem), rng)
 
-    def solutions(self, problem: Problem, rng: random.Random, n: int = 4) -> list[str]:
-        """Up to n distinct equivalent reference solutions."""
-        out: list[str] = []
-        for _ in range(4 * n):
-            s = self.reference_completion(problem, rng)
-            if s not in out:
-                out.append(s)
-            if len(out) == n:
-                break
-        return out
-
     # ---- prompting and scoring --------------------------------------------------------------------
-    def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
-                     few_shot: int = 0) -> str:
-        shots = self.load("train", limit=few_shot) if few_shot else []
-        pairs = [(s.question, self.reference_completion(s)) for s in shots]
-        return format_prompt(problem.question, tokenizer, chat_template, pairs)
-
     def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
         matches = _ANSWER_RE.findall(completion)
         return normalize_number(matches[-1]) if matches else None

@@ -78,7 +78,7 @@ def run_mine(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="speed benchmarks (decode)")
+    p = sub.add_parser("bench", help="speed benchmarks (decode, mine)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
     d = bench_sub.add_parser("decode", help="target greedy vs HF assisted generation vs judgekit lossless",
                              description="Times three greedy decoders on the same pair, prompts and block size, "

@@ -60,7 +60,7 @@ def load_judge(path: str | Path) -> LinearJudge:
         config = json.loads((path / CONFIG_NAME).read_text())
         t = load_file(str(path / WEIGHTS_NAME))
         return LinearJudge(t["weight"], t["bias"].reshape(()), t["mean"], t["std"], config)
-    except (KeyError, ValueError, OSError) as err:
+    except Exception as err:  # noqa: BLE001 - safetensors, JSON and IO report corruption in different types
         raise JudgekitError(f"corrupt judge at {path}: {err}") from None
 
 

@@ -1,0 +1,74 @@
+"""Saved judge heads: round trip, refusing corrupt ones and ones trained for another target."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from judgekit.errors import JudgekitError
+from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
+from judgekit.synthetic import save_tiny_pair
+
+
+def _judge(hidden: int, seed: int = 0) -> LinearJudge:
+    g = torch.Generator().manual_seed(seed)
+    return LinearJudge(torch.randn(hidden, generator=g), torch.tensor(0.1), torch.randn(hidden, generator=g),
+                       torch.rand(hidden, generator=g) + 0.5, {"target_model": "tiny-llama", "layer": -1})
+
+
+def test_round_trip_gives_the_same_probabilities(tmp_path):
+    judge = _judge(16)
+    judge.save(tmp_path / "j")
+    loaded = load_judge(tmp_path / "j")
+    h = torch.randn(5, 16)
+    torch.testing.assert_close(loaded(h, torch.zeros(5, dtype=torch.long)), judge(h, torch.zeros(5, dtype=torch.long)))
+    manual = torch.sigmoid(((h - judge.mean) / judge.std) @ judge.weight + judge.bias)
+    torch.testing.assert_close(judge(h, None), manual)
+    assert json.loads((tmp_path / "j" / CONFIG_NAME).read_text())["hidden_size"] == 16
+
+
+def test_corrupt_or_missing_judge_is_refused(tmp_path):
+    with pytest.raises(JudgekitError, match="not a judge directory"):
+        load_judge(tmp_path)
+    _judge(8).save(tmp_path / "j")
+    (tmp_path / "j" / WEIGHTS_NAME).write_bytes(b"garbage")
+    with pytest.raises(JudgekitError, match="corrupt judge"):
+        load_judge(tmp_path / "j")
+
+
+def test_judge_for_another_model_is_refused():
+    with pytest.raises(JudgekitError, match=re.escape("(hidden size 8) but the target 'x' has hidden size 64")):
+        check_judge_matches(_judge(8), 64, "x")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("judge-pair"), arch="llama")
+
+
+def _generate(t, d, judge_dir, *extra):
+    return subprocess.run([sys.executable, "-m", "judgekit", "generate", "--target", str(t), "--draft", str(d),
+                           "--prompt", "Tom has", "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu",
+                           "--max-new-tokens", "12", "--json", *extra], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_generate_with_a_judge(tiny, tmp_path):
+    t, d = tiny
+    keep_all = _judge(64)  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept
+    keep_all.weight.zero_()
+    keep_all.bias.fill_(-20.0)
+    keep_all.save(tmp_path / "ok")
+    proc = _generate(t, d, tmp_path / "ok", "--judge-threshold", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout)["stats"]
+    # Every drafted token is kept: 8 drafts + 1 bonus, then the last 3 tokens of the budget in one more step.
+    assert stats["target_calls"] <= 2 and stats["accept_hist"][0] == 0
+    _judge(32).save(tmp_path / "wrong")
+    bad = _generate(t, d, tmp_path / "wrong")
+    assert bad.returncode == 2 and "trained on tiny-llama (hidden size 32)" in bad.stderr
+    assert "Traceback" not in bad.stderr

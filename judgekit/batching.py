@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from judgekit.models import cache_arg
+
 
 @dataclass
 class RowCache:
@@ -119,7 +121,7 @@ def feed(model, rows: list[RowCache], seqs: list[list[int]], vocab: int, *, all_
         keep = last  # the row's last position is the only one
     else:
         keep = torch.unique(last)
-    out = model(input_ids=input_ids.to(device), cache=cache, use_cache=True, logits_to_keep=keep,
+    out = model(input_ids=input_ids.to(device), **{cache_arg(model): cache}, use_cache=True, logits_to_keep=keep,
                 output_hidden_states=bool(hidden_layers), **kwargs)
     if all_positions:
         preds = out.logits[..., :vocab].argmax(-1)  # [B, width]

@@ -21,7 +21,7 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from judgekit.errors import JudgekitError
-from judgekit.models import ModelPair, encode_prompt, format_prompt
+from judgekit.models import ModelPair, cache_arg, encode_prompt, format_prompt
 from judgekit.rules import Rule, RuleContext, sample, verify_block
 
 
@@ -152,6 +152,7 @@ class SpeculativeDecoder:
         self.hidden_layer = hidden_layer
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
+        self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),
@@ -222,7 +223,7 @@ class SpeculativeDecoder:
         inp = torch.tensor([unread], device=dev)
         tokens, rows, shapes = [], [], []
         for _ in range(k):
-            logits = self.pair.draft(input_ids=inp, cache=cache, use_cache=True,
+            logits = self.pair.draft(input_ids=inp, **{self._draft_cache: cache}, use_cache=True,
                                      logits_to_keep=1).logits[0, -1, :vocab]
             probs, shape = to_probs(logits, self.sampling, self.need_shape)
             # Same exponential-race sampler as verification; greedy rows are one-hot so this is the argmax.
@@ -238,7 +239,7 @@ class SpeculativeDecoder:
         dev, vocab = self.pair.device, self.pair.vocab_size
         k = drafted.shape[0]
         inp = torch.cat([torch.tensor(unread, device=dev), drafted]).view(1, -1)
-        out = self.pair.target(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=k + 1,
+        out = self.pair.target(input_ids=inp, **{self._target_cache: cache}, use_cache=True, logits_to_keep=k + 1,
                                output_hidden_states=self.rule.needs_hidden)
         p, p_shape = to_probs(out.logits[0, -(k + 1):, :vocab], self.sampling, self.need_shape)
         hidden = out.hidden_states[self.hidden_layer][0, inp.shape[1] - k:] if self.rule.needs_hidden else None

@@ -7,6 +7,8 @@ mapping; the embedding matrices may be padded past the tokenizer (Qwen2.5-0.5B h
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +154,18 @@ def load_model_pair(target: str, draft: str, device: str = "auto", dtype: str = 
     draft_model = load_model(draft, dev, dt)
     vocab = shared_vocab_size(target_model, draft_model, tok_t)
     return ModelPair(target_model, draft_model, tok_t, target, draft, vocab, dev)
+
+
+def cache_arg(model) -> str:
+    """The forward argument that takes a KV cache: `cache` in transformers >= 5.2x, `past_key_values` before
+    (the old name is deprecated there, and an unknown keyword would silently run without a cache)."""
+    return _cache_arg_of(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_arg_of(cls: type) -> str:
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def format_prompt(tokenizer, text: str, chat_template: bool = True) -> str:

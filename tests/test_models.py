@@ -115,3 +115,18 @@ def test_cli_bad_models_give_one_line(dirs):
         proc = _cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--device", "cpu")
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cache_argument_name_follows_the_installed_transformers():
+    from judgekit.models import cache_arg
+
+    class Old:
+        def forward(self, input_ids, past_key_values=None):
+            pass
+
+    class New:
+        def forward(self, input_ids, cache=None):
+            pass
+
+    assert cache_arg(Old()) == "past_key_values"
+    assert cache_arg(New()) == "cache"

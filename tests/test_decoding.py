@@ -217,3 +217,20 @@ def test_bad_decoder_parameters(pair):
         SamplingConfig(temperature=1, top_p=0)
     with pytest.raises(JudgekitError):
         SpeculativeDecoder(pair, make_rule("lossless")).generate_ids([1, 2], max_new_tokens=0)
+
+
+def test_to_probs_transforms():
+    from judgekit.decoding import to_probs
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    greedy, shape = to_probs(logits, SamplingConfig(0.0), need_shape=True)
+    assert greedy.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    torch.testing.assert_close(shape, torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    p, none = to_probs(logits, SamplingConfig(1.0, top_p=0.8), need_shape=True)
+    assert none is None
+    torch.testing.assert_close(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    p, _ = to_probs(logits, SamplingConfig(1.0, top_k=3), need_shape=False)
+    torch.testing.assert_close(p, torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95)
+    p, _ = to_probs(logits, SamplingConfig(0.5), need_shape=False)
+    sharp = torch.tensor([0.5, 0.3, 0.15, 0.05]) ** 2
+    torch.testing.assert_close(p, (sharp / sharp.sum()).unsqueeze(0))

@@ -71,7 +71,10 @@ def run(args) -> int:
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     build_rule(args)  # validate the rule's parameters before loading models
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
-    decoder = SpeculativeDecoder(pair, build_rule(args, pair), args.block_size, sampling)
+    rule = build_rule(args, pair)
+    # A judge reads the hidden-state layer it was trained on (recorded in its config; default the last).
+    layer = int(rule.judge.config.get("layer", -1)) if args.rule == "judge" else -1
+    decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling, hidden_layer=layer)
     gens = decoder.generate(args.prompt, args.max_new_tokens, tuple(args.stop or ()), args.seed,
                             chat_template=not args.no_chat_template)
     if args.json:

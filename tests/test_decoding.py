@@ -159,17 +159,19 @@ def test_judge_that_keeps_everything_accepts_every_draft(pair):
         assert gen.stats.block_efficiency == pytest.approx(21 / 5)
 
 
-def test_judge_reads_target_hidden_state_after_the_draft_token(pair):
+@pytest.mark.parametrize("layer", [-1, 1])
+def test_judge_reads_target_hidden_state_after_the_draft_token(pair, layer):
     """The features equal the target's hidden state at the drafted token, from the same verify forward."""
     checked = 0
     for text in PROMPTS:
         judge = _RecordingJudge(1.0)
-        dec = SpeculativeDecoder(pair, make_rule("judge", judge=judge, threshold=0.5), block_size=3)
+        dec = SpeculativeDecoder(pair, make_rule("judge", judge=judge, threshold=0.5), block_size=3,
+                                 hidden_layer=layer)
         ids = _prompt_ids(pair, text)
         gen = dec.generate_ids(ids, max_new_tokens=24)
         seq = ids + gen.token_ids
         with torch.no_grad():
-            ref_hidden = pair.target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
+            ref_hidden = pair.target(torch.tensor([seq]), output_hidden_states=True).hidden_states[layer][0]
         pos = len(ids)  # where this step's first drafted token would sit in the final sequence
         for hidden, tokens in judge.calls:
             assert hidden.shape == (tokens.shape[0], pair.target.config.hidden_size)

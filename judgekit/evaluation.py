@@ -41,7 +41,7 @@ def evaluate_rule(pair: ModelPair, task: Task, problems: list[Problem], rule: Ru
 
 
 def format_table(scores: list[RuleScore]) -> str:
-    lines = [f"{'rule':<28}{'accuracy':>10}{'BE':>7}{'tokens/s':>10}", "-" * 55]
-    lines += [f"{s.rule:<28}{s.accuracy:>10.1%}{s.stats.block_efficiency:>7.2f}{s.stats.tokens_per_s:>10.1f}"
+    lines = [f"{'rule':<34}{'accuracy':>10}{'BE':>7}{'tokens/s':>10}", "-" * 61]
+    lines += [f"{s.rule:<34}{s.accuracy:>10.1%}{s.stats.block_efficiency:>7.2f}{s.stats.tokens_per_s:>10.1f}"
               for s in scores]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import tempfile
 def run(args) -> int:
     import torch
 
+    from judgekit.decoding import SamplingConfig
     from judgekit.evaluation import evaluate_rule, format_table
     from judgekit.mining import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
@@ -32,6 +33,21 @@ def run(args) -> int:
     scores = [evaluate_rule(pair, task, problems, rule, label, block_size=args.block_size,
                             max_new_tokens=args.max_new_tokens) for label, rule in rules]
     print(format_table(scores))
+    print(f"\n== the same problems sampled at temperature {args.temperature}: each truncation rule beside its "
+          "matched baseline (the truncated target verified losslessly)")
+    sampled = [
+        ("lossless", make_rule("lossless")),
+        ("lenience l=0.5", make_rule("lenience", lenience=0.5)),
+        ("cos lambda=0.5", make_rule("cos", lam=0.5)),
+        ("speccascade p_base=0.1", make_rule("speccascade", p_base=0.1)),
+        ("minp p_base=0.1 (matched)", make_rule("minp", p_base=0.1)),
+        ("typical eps=0.05 delta=0.3", make_rule("typical", epsilon=0.05, delta=0.3)),
+        ("eta eps=0.05 delta=0.3 (matched)", make_rule("eta", epsilon=0.05, delta=0.3)),
+    ]
+    sampling = SamplingConfig(temperature=args.temperature)
+    scores = [evaluate_rule(pair, task, problems, rule, label, sampling=sampling, block_size=args.block_size,
+                            max_new_tokens=args.max_new_tokens, seed=args.seed) for label, rule in sampled]
+    print(format_table(scores))
     out = args.out or tempfile.mkdtemp(prefix="judgekit-demo-")
     print(f"\n== mining {args.mine_problems} pocket-math training problems into {out}")
     mine_to_dir(pair, task, task.load("train", limit=args.mine_problems), out,
@@ -44,14 +60,16 @@ def run(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run the pipeline end to end on the embedded pocket world",
-                       description="Greedy speculative decoding with several acceptance rules on held-out "
-                                   "pocket-math problems (accuracy, block efficiency, tokens/s), then "
+                       description="Speculative decoding with several acceptance rules on held-out pocket-math "
+                                   "problems, greedy and sampled (accuracy, block efficiency, tokens/s), then "
                                    "counterfactual mining of a few training problems and their summary.")
     p.add_argument("--problems", type=int, default=20, help="held-out problems to decode per rule")
     p.add_argument("--mine-problems", type=int, default=6)
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--out", help="mining output directory (default: a new temporary directory)")
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the sampled comparison")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="CPU threads for torch")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=run)

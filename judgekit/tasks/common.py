@@ -176,3 +176,73 @@ def last_number(text: str) -> str | None:
         if norm is not None:
             return norm
     return None
+
+
+# --------------------------------------------------------------------------- values out of a sandbox
+
+# Source of `_jk_enc`, pasted into sandboxed harness programs: a returned value as JSON with tags for what
+# JSON cannot carry (tuples, sets, non-string dict keys, complex, inf/nan, bytes), so the trusted process can
+# rebuild it exactly (`decode_value`) and compare it there, not inside the sandbox where the code under test
+# could interfere with the comparison.
+VALUE_ENCODER = '''import math as _jk_math
+def _jk_enc(v):
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if _jk_math.isfinite(v) else {"f": str(v)}
+    if isinstance(v, complex):
+        return {"c": [v.real, v.imag]}
+    if isinstance(v, list):
+        return [_jk_enc(x) for x in v]
+    if isinstance(v, tuple):
+        return {"t": [_jk_enc(x) for x in v]}
+    if isinstance(v, frozenset):
+        return {"fs": [_jk_enc(x) for x in v]}
+    if isinstance(v, set):
+        return {"s": [_jk_enc(x) for x in v]}
+    if isinstance(v, dict):
+        return {"d": [[_jk_enc(k), _jk_enc(x)] for k, x in v.items()]}
+    if isinstance(v, bytes):
+        return {"b": v.hex()}
+    return {"r": repr(v)[:1000]}
+'''
+
+
+class Opaque:
+    """A returned value JSON cannot carry (e.g. an object); equal only to another with the same repr."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.text!r})"
+
+
+def decode_value(obj: Any) -> Any:
+    """Inverse of the harness's `_jk_enc`: tagged JSON -> tuples, sets, dicts, complex numbers."""
+    if isinstance(obj, list):
+        return [decode_value(v) for v in obj]
+    if isinstance(obj, dict):
+        (tag, val), = obj.items()
+        if tag == "t":
+            return tuple(decode_value(v) for v in val)
+        if tag == "s":
+            return {decode_value(v) for v in val}
+        if tag == "fs":
+            return frozenset(decode_value(v) for v in val)
+        if tag == "d":
+            return {decode_value(k): decode_value(v) for k, v in val}
+        if tag == "c":
+            return complex(val[0], val[1])
+        if tag == "f":
+            return float(val)
+        if tag == "b":
+            return bytes.fromhex(val)
+        return Opaque(str(val))
+    return obj

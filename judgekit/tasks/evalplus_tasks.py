@@ -26,7 +26,8 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import apply_limit, check_split, code_fence_closed, render_prompt
+from judgekit.tasks.common import VALUE_ENCODER, Opaque, apply_limit, check_split, code_fence_closed, decode_value
+from judgekit.tasks.common import render_prompt
 from judgekit.tasks.humaneval import candidate_program
 
 CHAT_INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a "
@@ -62,71 +63,12 @@ def py_literal(value: Any) -> str:
     raise JudgekitError(f"cannot embed a test input of type {type(value).__name__}")
 
 
-class Opaque:
-    """A returned value JSON cannot carry (e.g. an object); equal only to another with the same repr."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Opaque) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
-
-    def __repr__(self) -> str:
-        return f"Opaque({self.text!r})"
-
-
-def decode_value(obj: Any) -> Any:
-    """Inverse of the harness's `_jk_enc`: tagged JSON -> tuples, sets, dicts, complex numbers."""
-    if isinstance(obj, list):
-        return [decode_value(v) for v in obj]
-    if isinstance(obj, dict):
-        (tag, val), = obj.items()
-        if tag == "t":
-            return tuple(decode_value(v) for v in val)
-        if tag == "s":
-            return {decode_value(v) for v in val}
-        if tag == "fs":
-            return frozenset(decode_value(v) for v in val)
-        if tag == "d":
-            return {decode_value(k): decode_value(v) for k, v in val}
-        if tag == "c":
-            return complex(val[0], val[1])
-        if tag == "f":
-            return float(val)
-        if tag == "b":
-            return bytes.fromhex(val)
-        return Opaque(str(val))
-    return obj
-
-
 # The test program's harness (runs in the sandbox). Outputs are printed as tagged JSON after a marker; the
 # candidate's own prints go to /dev/null.
 HARNESS = r'''
 import contextlib as _jk_cl, copy as _jk_copy, json as _jk_json, math as _jk_math, os as _jk_os, signal as _jk_sig, sys as _jk_sys, time as _jk_time
 _jk_out = _jk_os.fdopen(_jk_os.dup(1), "w")
-def _jk_enc(v):
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if _jk_math.isfinite(v) else {"f": str(v)}
-    if isinstance(v, complex):
-        return {"c": [v.real, v.imag]}
-    if isinstance(v, list):
-        return [_jk_enc(x) for x in v]
-    if isinstance(v, tuple):
-        return {"t": [_jk_enc(x) for x in v]}
-    if isinstance(v, frozenset):
-        return {"fs": [_jk_enc(x) for x in v]}
-    if isinstance(v, set):
-        return {"s": [_jk_enc(x) for x in v]}
-    if isinstance(v, dict):
-        return {"d": [[_jk_enc(k), _jk_enc(x)] for k, x in v.items()]}
-    if isinstance(v, bytes):
-        return {"b": v.hex()}
-    return {"r": repr(v)[:1000]}
+ENCODER
 class _JkTimeout(BaseException):
     pass
 def _jk_alarm(*_):
@@ -163,7 +105,7 @@ for _jk_i, (_jk_inp, _jk_lim) in enumerate(zip(INPUTS, LIMITS)):
 def harness_program(source: str, entry_point: str, inputs: list[Any], limits: list[float]) -> str:
     header = (f"MARK = {MARK!r}\nSOURCE = {source!r}\nENTRY = {entry_point!r}\n"
               f"INPUTS = {py_literal(list(inputs))}\nLIMITS = {limits!r}\n")
-    return header + HARNESS
+    return header + HARNESS.replace("ENCODER", VALUE_ENCODER, 1)
 
 
 def parse_records(stdout: str, n: int) -> tuple[list[dict[str, Any] | None], str | None]:

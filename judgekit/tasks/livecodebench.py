@@ -2,8 +2,8 @@
 
 The outcome of a completion is its per-test pass/fail vector (public tests first, then private ones), so
 mining counts a substitution as harmless only when exactly the same tests pass. The code graded is the
-last fenced block. Every test runs as its own sandboxed process (`judgekit.sandbox`) whose harness
-mirrors LiveCodeBench's own grader (`lcb_runner/evaluation/testing_util.py`, `run_test`) so verdicts agree
+last fenced block. A solution runs in one sandboxed process (`judgekit.sandbox`) for all its tests, whose
+harness mirrors LiveCodeBench's own grader (`lcb_runner/evaluation/testing_util.py`, `run_test`) so verdicts agree
 with it: stdin programs are wrapped in a function, fed the input through patched stdin/open, their
 captured stdout compared line by line (numbers as decimals), and a SystemExit after the output is fine;
 functional problems call `Solution().<func_name>` when the code defines `class Solution`, else the plain
@@ -192,11 +192,10 @@ def stdout_matches(actual: str, expected: str) -> bool:
 # The result goes back as one tagged-JSON record after a marker on a private copy of fd 1; comparing it
 # with the expected output happens in the trusted process (`functional_matches` / `stdout_matches`).
 HARNESS = r'''
-import ast as _jk_ast, faulthandler as _jk_fh, json as _jk_json, math as _jk_math, os as _jk_os, signal as _jk_sig
-import sys as _jk_sys
+import ast as _jk_ast, builtins as _jk_builtins, faulthandler as _jk_fh, json as _jk_json, os as _jk_os
+import signal as _jk_sig, sys as _jk_sys
 from io import StringIO as _JkStringIO
 from types import ModuleType as _JkModuleType
-from unittest.mock import mock_open as _jk_mock_open, patch as _jk_patch
 _jk_out = _jk_os.fdopen(_jk_os.dup(1), "w")
 ENCODER
 def _jk_emit(rec):
@@ -258,62 +257,76 @@ class _JkCapturing(list):
         self.append(self._io.getvalue())
         _jk_sys.stdout = self._stdout
 def _jk_call_stdin(method, inputs):
+    # The official grader's unittest.mock patches, done by hand (importing mock costs a fraction of a second
+    # per sandbox): sys.stdin is a StringIO whose read/readline/readlines are replaced on the instance (so
+    # iteration still uses StringIO's own), readline raises StopIteration at the end, open() reads the input.
     lines = iter(inputs.split("\n"))
-    @_jk_patch("builtins.open", _jk_mock_open(read_data=inputs))
-    @_jk_patch("sys.stdin", _JkStringIO(inputs))
-    @_jk_patch("sys.stdin.readline", lambda *a: next(lines))
-    @_jk_patch("sys.stdin.readlines", lambda *a: inputs.split("\n"))
-    @_jk_patch("sys.stdin.read", lambda *a: inputs)
-    def inner(m):
-        try:
-            return m()
-        except SystemExit:
-            pass
-    return inner(method)
+    fake = _JkStringIO(inputs)
+    fake.readline = lambda *a: next(lines)
+    fake.readlines = lambda *a: inputs.split("\n")
+    fake.read = lambda *a: inputs
+    saved = _jk_sys.stdin, _jk_builtins.open
+    _jk_sys.stdin, _jk_builtins.open = fake, lambda *a, **k: _JkStringIO(inputs)
+    try:
+        return method()
+    except SystemExit:
+        pass
+    finally:
+        _jk_sys.stdin, _jk_builtins.open = saved
+def _jk_run(i, inp):
+    if FUNC_NAME is None:
+        _jk_sig.alarm(TIMEOUT)
+        with _JkCapturing() as cap:
+            try:
+                _jk_call_stdin(_jk_method, inp)
+            finally:
+                _jk_sig.alarm(0)
+        return {"i": i, "stdout": cap[0]}
+    args = [_jk_json.loads(line) for line in inp.split("\n")]
+    _jk_sig.alarm(TIMEOUT)
+    try:
+        res = _jk_method(*args)
+    finally:
+        _jk_sig.alarm(0)
+    return {"i": i, "value": _jk_enc(res)}
 _jk_guard()
 try:
     if FUNC_NAME is None:
-        _jk_sol = _jk_compile(_jk_make_function(_jk_clean_if_name(SOURCE)))
-        _jk_method = _jk_sol.wrapped_function
-        _jk_sig.alarm(TIMEOUT)
-        with _JkCapturing() as _jk_cap:
-            try:
-                _jk_call_stdin(_jk_method, INPUT)
-            finally:
-                _jk_sig.alarm(0)
-        _jk_emit({"stdout": _jk_cap[0]})
+        _jk_method = _jk_compile(_jk_make_function(_jk_clean_if_name(SOURCE))).wrapped_function
     else:
-        _jk_sol = _jk_compile(HEADER + "\n\n" + SOURCE)
-        _jk_method = getattr(_jk_sol, FUNC_NAME)
-        _jk_args = [_jk_json.loads(_jk_line) for _jk_line in INPUT.split("\n")]
-        _jk_sig.alarm(TIMEOUT)
-        try:
-            _jk_res = _jk_method(*_jk_args)
-        finally:
-            _jk_sig.alarm(0)
-        _jk_emit({"value": _jk_enc(_jk_res)})
+        _jk_method = getattr(_jk_compile(HEADER + "\n\n" + SOURCE), FUNC_NAME)
 except BaseException as _jk_e:
-    _jk_emit({"error": type(_jk_e).__name__})
+    _jk_emit({"load_error": type(_jk_e).__name__})
+    _jk_sys.exit(0)
+for _jk_i, _jk_inp in enumerate(INPUTS):  # the official grader stops at the first failure; the verdict is the same
+    try:
+        _jk_emit(_jk_run(_jk_i, _jk_inp))
+    except BaseException as _jk_e:
+        _jk_emit({"i": _jk_i, "error": type(_jk_e).__name__})
 '''
 
 
-def test_program(code: str, test_input: str, func_name: str | None, timeout_s: float) -> str:
-    """The sandboxed program of one test (see HARNESS); `func_name=None` for stdin problems."""
-    header = (f"MARK = {RESULT_MARK!r}\nSOURCE = {code!r}\nINPUT = {test_input!r}\nFUNC_NAME = {func_name!r}\n"
+def test_program(code: str, inputs: list[str], func_name: str | None, timeout_s: float) -> str:
+    """The sandboxed program running `code` on every test input (see HARNESS); `func_name=None` for stdin
+    problems. One process per solution, as in LiveCodeBench (a Solution instance is shared by the tests)."""
+    header = (f"MARK = {RESULT_MARK!r}\nSOURCE = {code!r}\nINPUTS = {inputs!r}\nFUNC_NAME = {func_name!r}\n"
               f"TIMEOUT = {max(1, int(math.ceil(timeout_s)))}\nHEADER = {IMPORT_HEADER!r}\n")
-    return header + HARNESS.replace("ENCODER", VALUE_ENCODER)
+    return header + HARNESS.replace("ENCODER", VALUE_ENCODER, 1)
 
 
-def read_result(stdout: str) -> dict[str, Any] | None:
-    """The harness's record (the last marker line), or None when the program died before writing one."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            try:
-                rec = json.loads(line[len(RESULT_MARK):])
-            except json.JSONDecodeError:
-                return None
-            return rec if isinstance(rec, dict) else None
-    return None
+def read_results(stdout: str, n: int) -> list[dict[str, Any] | None]:
+    """Per-test records from the harness output; None where a test left none (load error, crash, kill)."""
+    records: list[dict[str, Any] | None] = [None] * n
+    for line in stdout.splitlines():
+        if not line.startswith(RESULT_MARK):
+            continue
+        try:
+            rec = json.loads(line[len(RESULT_MARK):])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("i"), int) and 0 <= rec["i"] < n and records[rec["i"]] is None:
+            records[rec["i"]] = rec
+    return records
 
 
 def functional_matches(value: Any, expected: str) -> bool:
@@ -432,26 +445,37 @@ class LiveCodeBench(Task):
         return render_prompt(text, tokenizer, chat_template)
 
     # ------------------------------------------------------------------ outcomes
-    def programs(self, problem: Problem, code: str) -> list[tuple[str, str | None]]:
-        """One sandbox job per test: (program, stdin); the test input is inside the program (see HARNESS)."""
+    def program(self, problem: Problem, code: str) -> str:
+        """The sandboxed test program of `code` for this problem (see HARNESS)."""
         ref = problem.reference
         func_name = ref.get("func_name") if ref["testtype"] == "functional" else None
-        return [(test_program(code, test["input"], func_name, self.timeout_s), None) for test in ref["tests"]]
+        return test_program(code, [t["input"] for t in ref["tests"]], func_name, self.timeout_s)
 
     def run_tests(self, problem: Problem, code: str) -> list[bool]:
-        """The per-test pass/fail vector of `code` (every test in its own sandbox)."""
+        """The per-test pass/fail vector of `code` (one sandboxed process runs all the tests)."""
+        return self.run_many_tests([(problem, code)])[0]
+
+    def run_many_tests(self, pairs: list[tuple[Problem, str]]) -> list[list[bool]]:
+        """Per-test vectors of many (problem, code) pairs, run in parallel sandboxes."""
         from judgekit.sandbox import SandboxLimits, run_many
 
-        # The harness enforces `timeout_s` per test with an alarm, as LiveCodeBench does; the sandbox's own
-        # limit is a backstop that also covers interpreter start-up.
-        limits = SandboxLimits(timeout_s=self.timeout_s + 2.0, memory_mb=self.memory_mb, max_output_bytes=32 << 20)
-        results = run_many(self.programs(problem, code), limits=limits, workers=self.workers)
+        # The harness enforces `timeout_s` per test with an alarm, as LiveCodeBench does; the sandbox's limit
+        # is a backstop sized like LiveCodeBench's own ((timeout + 1) * tests + 5 s).
+        n_max = max(len(p.reference["tests"]) for p, _ in pairs)
+        limits = SandboxLimits(timeout_s=(self.timeout_s + 1.0) * n_max + 5.0, memory_mb=self.memory_mb,
+                               max_output_bytes=32 << 20)
+        results = run_many([(self.program(p, c), None) for p, c in pairs], limits=limits, workers=self.workers)
+        return [self._verdicts(p, res.stdout) for (p, _), res in zip(pairs, results)]
+
+    @staticmethod
+    def _verdicts(problem: Problem, stdout: str) -> list[bool]:
+        tests = problem.reference["tests"]
+        functional = problem.reference["testtype"] == "functional"
         verdicts = []
-        for test, res in zip(problem.reference["tests"], results):
-            rec = read_result(res.stdout)
+        for test, rec in zip(tests, read_results(stdout, len(tests))):
             if rec is None or "error" in rec:
                 verdicts.append(False)
-            elif problem.reference["testtype"] == "functional":
+            elif functional:
                 verdicts.append("value" in rec and functional_matches(decode_value(rec["value"]), test["output"]))
             else:
                 verdicts.append(isinstance(rec.get("stdout"), str) and stdout_matches(rec["stdout"], test["output"]))

@@ -198,6 +198,8 @@ class _EvalPlusTask(Task):
         module = importlib.import_module(f"evalplus.data.{self.dataset}")
         attr = self.env_var  # evalplus keeps the override path in a module global of the same name
         path = data_file or os.environ.get(self.env_var) or getattr(module, attr, None)
+        if data_file and os.path.isdir(data_file):
+            raise JudgekitError(f"data file {data_file!r} is a directory, not a .jsonl/.jsonl.gz file")
         if data_file and not os.path.isfile(data_file):
             raise JudgekitError(f"data file {data_file!r} does not exist")
         old = getattr(module, attr, None)
@@ -233,10 +235,8 @@ class _EvalPlusTask(Task):
     # ------------------------------------------------------------------ prompting
     def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
                      few_shot: int = 0) -> str:
-        if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question.strip()), tokenizer,
-                                 chat_template, completion_prefix="")
-        return problem.question
+        return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question.strip()), tokenizer, chat_template,
+                             plain=problem.question)
 
     # ------------------------------------------------------------------ running
     def _inputs(self, problem: Problem) -> list[Any]:

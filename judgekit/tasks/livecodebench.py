@@ -35,17 +35,7 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import (
-    VALUE_ENCODER,
-    apply_limit,
-    decode_value,
-    check_split,
-    code_fence_closed,
-    last_code_block,
-    read_records,
-    render_prompt,
-    require_fields,
-)
+from judgekit.tasks.common import VALUE_ENCODER, code_fence_closed, decode_value, last_code_block, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -362,27 +352,21 @@ class LiveCodeBench(Task):
         self.timeout_s, self.memory_mb, self.workers = timeout_s, memory_mb, workers
 
     # ------------------------------------------------------------------ loading
-    def _files(self, data_file: str) -> list[Path]:
+    fields = FIELDS
+
+    def data_files(self, data_file: str) -> list[Path]:
+        """A directory holds the release's files (test.jsonl, test2.jsonl, ...); a file is read alone."""
         path = Path(data_file)
         if path.is_dir():
             files = [path / f for f in RELEASE_FILES[self.release_version] if (path / f).is_file()]
             if not files:
-                raise JudgekitError(f"{data_file}: no LiveCodeBench files ({', '.join(RELEASE_FILES[self.release_version])})")
+                raise JudgekitError(f"{data_file}: no LiveCodeBench files "
+                                    f"({', '.join(RELEASE_FILES[self.release_version])})")
             return files
         return [path]
 
     def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
-        check_split(self.name, split, self.splits, data_file)
-        if data_file:
-            located: list[tuple[str, dict[str, Any]]] = []
-            for f in self._files(data_file):
-                part = read_records(f)
-                require_fields(part, FIELDS, str(f))
-                located.extend((f"{f}: row {i + 1}", row) for i, row in enumerate(part))
-        else:
-            located = [(f"{HUB_ID} ({self.release_version}) row {i + 1}", row)
-                       for i, row in enumerate(self._load_hub(split))]
-        problems = [self._problem(row, where) for where, row in apply_limit(located, limit)]
+        problems = super().load(split, limit, data_file)
         skipped = sum(1 for p in problems if p.meta.get("private_tests_skipped"))
         if skipped:
             # Said on every run that loses tests: public tests alone pass more programs than the full set.
@@ -391,7 +375,7 @@ class LiveCodeBench(Task):
                         "them safely", skipped, len(problems))
         return problems
 
-    def _load_hub(self, split: str) -> list[dict[str, Any]]:
+    def default_rows(self, split: str) -> list[dict[str, Any]]:
         try:
             from datasets import load_dataset
 
@@ -402,6 +386,9 @@ class LiveCodeBench(Task):
                 f"cannot load {HUB_ID} ({self.release_version}) from the hub ({type(err).__name__}); pass "
                 "--data-file with a directory holding test.jsonl..testN.jsonl, or one JSONL/Parquet file"
             ) from None
+
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
+        return self._problem(row, where)
 
     def _problem(self, row: dict[str, Any], where: str = "LiveCodeBench row") -> Problem:
         public = decode_test_cases(row["public_test_cases"], False, where, "public_test_cases")

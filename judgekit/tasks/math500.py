@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import apply_limit, check_split, load_hub, read_records, render_prompt, require_fields
+from judgekit.tasks.common import render_prompt, text_field
 
 INSTRUCTION = "Solve the following math problem. Put your final answer within \\boxed{}."
 FIELDS = ("problem", "answer")
@@ -64,26 +64,19 @@ class Math500(Task):
     splits = ("test",)
     stop_strings = ()
 
-    def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
-        check_split(self.name, split, self.splits, data_file)
-        if data_file:
-            rows = read_records(data_file)
-            require_fields(rows, FIELDS, data_file)
-        else:
-            rows = load_hub("HuggingFaceH4/MATH-500", None, split)
-        return [self._problem(i, row) for i, row in enumerate(apply_limit(rows, limit))]
+    fields = FIELDS
+    hub = ("HuggingFaceH4/MATH-500", None)
 
-    def _problem(self, index: int, row: dict[str, Any]) -> Problem:
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
         meta = {k: row.get(k) for k in ("solution", "subject", "level")}
-        return Problem(task=self.name, problem_id=str(row.get("unique_id") or f"test-{index}"),
-                       question=row["problem"], reference=str(row["answer"]), meta=meta)
+        return Problem(task=self.name, problem_id=str(row.get("unique_id") or f"{split}-{index}"),
+                       question=text_field(row, "problem", where),
+                       reference=text_field(row, "answer", where, numbers=True).strip(), meta=meta)
 
     def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
                      few_shot: int = 0) -> str:
         text = f"{INSTRUCTION}\n\nProblem: {problem.question}"
-        if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            return render_prompt(text, tokenizer, chat_template)
-        return text + "\n\nSolution:"
+        return render_prompt(text, tokenizer, chat_template, plain=text + "\n\nSolution:")
 
     def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
         return extract_math_answer(completion)

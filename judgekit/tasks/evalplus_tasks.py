@@ -219,12 +219,14 @@ class _EvalPlusTask(Task):
     def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
         check_split(self.name, split, self.splits, data_file)
         rows = list(self._evalplus_rows(data_file).values())
-        return [self._problem(row) for row in apply_limit(rows, limit)]
+        source = data_file or self.name
+        return [self.make_problem(row, f"{source}: row {i + 1}", i, split)
+                for i, row in enumerate(apply_limit(rows, limit))]
 
-    def _problem(self, row: dict[str, Any]) -> Problem:
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
         for key in ("task_id", "prompt", "canonical_solution", "entry_point", "base_input", "plus_input"):
             if key not in row:
-                raise JudgekitError(f"{self.name}: row lacks field {key!r}")
+                raise JudgekitError(f"{where}: row lacks field {key!r}")
         inputs = list(row["base_input"]) + list(row["plus_input"])
         reference = {"entry_point": row["entry_point"], "n_base": len(row["base_input"]),
                      "inputs": py_literal(inputs), "atol": float(row.get("atol") or 0)}

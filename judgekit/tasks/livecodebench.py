@@ -387,10 +387,8 @@ class LiveCodeBench(Task):
                 "--data-file with a directory holding test.jsonl..testN.jsonl, or one JSONL/Parquet file"
             ) from None
 
-    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
-        return self._problem(row, where)
-
-    def _problem(self, row: dict[str, Any], where: str = "LiveCodeBench row") -> Problem:
+    def make_problem(self, row: dict[str, Any], where: str = "LiveCodeBench row", index: int = 0,
+                     split: str = "test") -> Problem:
         public = decode_test_cases(row["public_test_cases"], False, where, "public_test_cases")
         if public is None:
             raise JudgekitError(f"{where}: public_test_cases must be JSON (the hub never pickles public tests)")

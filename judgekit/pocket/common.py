@@ -28,3 +28,10 @@ def weighted(rng: random.Random, options: Sequence[tuple[float, T]]) -> T:
     """Pick one option from (weight, value) pairs; the first option is conventionally the dominant one."""
     weights = [w for w, _ in options]
     return rng.choices([v for _, v in options], weights=weights, k=1)[0]
+
+
+def check_split(split: str) -> None:
+    from judgekit.errors import JudgekitError
+
+    if split not in ("train", "test"):
+        raise JudgekitError(f"pocket tasks have splits 'train' and 'test', not {split!r}")

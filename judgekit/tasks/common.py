@@ -102,8 +102,8 @@ def text_field(row: dict[str, Any], key: str, where: str, numbers: bool = False)
 
 
 def problems_from_file(path: str, task: str, limit: int | None) -> list[Problem]:
-    """Problems saved as rows {problem_id, question, reference, meta} (what `judgekit tasks show --json` and
-    the generated tasks write)."""
+    """Problems saved as rows {problem_id, question, reference, meta} (e.g. a fixed copy of a generated
+    pocket split), in any format `read_records` reads."""
     rows = read_records(path)
     require_fields(rows, ("problem_id", "question", "reference"), path)
     return [Problem(task, str(row["problem_id"]), text_field(row, "question", f"{path}: row {i + 1}"),

@@ -8,7 +8,7 @@ import re
 import zlib
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Problem

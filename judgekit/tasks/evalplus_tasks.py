@@ -26,7 +26,8 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import VALUE_ENCODER, Opaque, apply_limit, check_split, code_fence_closed, decode_value
+from judgekit.tasks.common import Opaque  # noqa: F401 - re-exported (tests, older imports)
+from judgekit.tasks.common import VALUE_ENCODER, apply_limit, check_split, code_fence_closed, decode_value
 from judgekit.tasks.common import render_prompt
 from judgekit.tasks.humaneval import candidate_program
 

@@ -66,6 +66,7 @@ IMPORT_HEADER = (
 )
 RESULT_MARK = "@@judgekit-result@@"
 
+
 class _NoGlobalsUnpickler(pickle.Unpickler):
     """Unpickles only plain data (str, list, dict, numbers): any class or function reference is refused."""
 
@@ -187,6 +188,7 @@ import signal as _jk_sig, sys as _jk_sys
 from io import StringIO as _JkStringIO
 from types import ModuleType as _JkModuleType
 _jk_out = _jk_os.fdopen(_jk_os.dup(1), "w")
+INPUTS = _jk_json.loads(_jk_sys.stdin.read())  # the test inputs arrive on stdin (they can be megabytes)
 ENCODER
 def _jk_emit(rec):
     _jk_out.write(MARK + _jk_json.dumps(rec) + "\n")
@@ -296,10 +298,11 @@ for _jk_i, _jk_inp in enumerate(INPUTS):  # the official grader stops at the fir
 '''
 
 
-def test_program(code: str, inputs: list[str], func_name: str | None, timeout_s: float) -> str:
-    """The sandboxed program running `code` on every test input (see HARNESS); `func_name=None` for stdin
-    problems. One process per solution, as in LiveCodeBench (a Solution instance is shared by the tests)."""
-    header = (f"MARK = {RESULT_MARK!r}\nSOURCE = {code!r}\nINPUTS = {inputs!r}\nFUNC_NAME = {func_name!r}\n"
+def test_program(code: str, func_name: str | None, timeout_s: float) -> str:
+    """The sandboxed program running `code` on every test input (see HARNESS; the inputs go to its stdin as
+    a JSON list); `func_name=None` for stdin problems. One process per solution, as in LiveCodeBench (so a
+    Solution instance is shared by the tests)."""
+    header = (f"MARK = {RESULT_MARK!r}\nSOURCE = {code!r}\nFUNC_NAME = {func_name!r}\n"
               f"TIMEOUT = {max(1, int(math.ceil(timeout_s)))}\nHEADER = {IMPORT_HEADER!r}\n")
     return header + HARNESS.replace("ENCODER", VALUE_ENCODER, 1)
 
@@ -430,11 +433,11 @@ class LiveCodeBench(Task):
         return render_prompt(text, tokenizer, chat_template)
 
     # ------------------------------------------------------------------ outcomes
-    def program(self, problem: Problem, code: str) -> str:
-        """The sandboxed test program of `code` for this problem (see HARNESS)."""
+    def job(self, problem: Problem, code: str) -> tuple[str, str]:
+        """The sandbox job (program, stdin) that tests `code` on this problem (see HARNESS)."""
         ref = problem.reference
         func_name = ref.get("func_name") if ref["testtype"] == "functional" else None
-        return test_program(code, [t["input"] for t in ref["tests"]], func_name, self.timeout_s)
+        return test_program(code, func_name, self.timeout_s), json.dumps([t["input"] for t in ref["tests"]])
 
     def run_tests(self, problem: Problem, code: str) -> list[bool]:
         """The per-test pass/fail vector of `code` (one sandboxed process runs all the tests)."""
@@ -448,8 +451,8 @@ class LiveCodeBench(Task):
         # is a backstop sized like LiveCodeBench's own ((timeout + 1) * tests + 5 s).
         n_max = max(len(p.reference["tests"]) for p, _ in pairs)
         limits = SandboxLimits(timeout_s=(self.timeout_s + 1.0) * n_max + 5.0, memory_mb=self.memory_mb,
-                               max_output_bytes=32 << 20)
-        results = run_many([(self.program(p, c), None) for p, c in pairs], limits=limits, workers=self.workers)
+                               max_output_bytes=64 << 20)
+        results = run_many([self.job(p, c) for p, c in pairs], limits=limits, workers=self.workers)
         return [self._verdicts(p, res.stdout) for (p, _), res in zip(pairs, results)]
 
     @staticmethod

@@ -93,7 +93,10 @@ def test_judgekit_matches_expected_verdicts(judgekit_verdicts):
     assert not wrong, wrong
 
 
-@pytest.mark.skipif(importlib.util.find_spec("livecodebench") is None,
+OFFICIAL_AVAILABLE = all(importlib.util.find_spec(m) is not None for m in ("livecodebench", "numpy"))
+
+
+@pytest.mark.skipif(not OFFICIAL_AVAILABLE,
                     reason="official grader not installed (pip install --no-deps nvidia-livecodebench)")
 def test_official_grader_agrees(judgekit_verdicts, tmp_path):
     proc = subprocess.run(

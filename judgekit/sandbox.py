@@ -29,9 +29,22 @@ and what happens where the OS refuses one:
 7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
+8. **Confined filesystem** ("fs"; only when the caller is root, in the private mount namespace "mntns"): the
+   program runs in a new root (`pivot_root`) that holds only read-only, nosuid binds of the system
+   directories (`/usr`, `/etc`, `/lib*`, `/bin`, `/sbin`) and of the interpreter's prefixes and
+   site-packages, a few device nodes, and a `/proc` of its own PID namespace. The caller's home, working
+   directories, projects and data are simply not there. `/tmp`, `/var/tmp`, `/dev/shm` and the working
+   directory (`/tmp/judgekit-sbx-*`) all live on one fresh tmpfs of `SandboxLimits.disk_mb` MiB (and a
+   bounded number of inodes), so everything a program writes together is bounded, never reaches the
+   host's disk and vanishes with the run; using it up is reported as "file_size". When this layer is
+   refused (not root, no mount namespace, no `pivot_root`) the result's `isolation` lacks "fs", a warning
+   says so once, and programs can read world-readable files and write to world-writable places (within
+   the file-size limit), as before.
 
-Not covered: the filesystem is not remounted, so world-readable files stay readable and a program can write
-to world-writable places (e.g. `/dev/shm`) within the file-size limit. Use a container for stronger needs.
+Not covered: `/etc` is visible (read-only; world-readable configuration such as `/etc/passwd`), and so are
+the interpreter's installed packages. The tmpfs is RAM: `disk_mb` per concurrent run comes out of the
+machine's memory, outside `RLIMIT_AS`. No seccomp filter and no cgroup: kernel attack surface and memory
+pressure from many parallel runs are not limited further. Use a container or VM for stronger needs.
 """
 
 from __future__ import annotations

@@ -492,7 +492,8 @@ def classify(returncode: int | None, stderr_tail: str, timed_out: bool, cpu_time
     `disk_full`: the writable space (working directory + /tmp + /var/tmp + /dev/shm) was used up."""
     if timed_out:
         return "timeout", "wall-clock timeout" + (" (writable space used up)" if disk_full else "")
-    if returncode not in (None, 0) and (disk_full or _NOSPACE_RE.search(stderr_tail)):
+    if (isinstance(returncode, int) and returncode > 0 and not _MEMORY_RE.search(stderr_tail)
+            and (disk_full or _NOSPACE_RE.search(stderr_tail))):
         return "file_size", "disk-space limit exceeded (the writable space is used up)"
     if returncode is None:
         return "sandbox_error", "the sandbox launcher did not report a result"

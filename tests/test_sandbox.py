@@ -177,6 +177,8 @@ def test_classify_disk_full():
                                                                          "(the writable space is used up)")
     assert classify(0, "", False, 0.1, 2, disk_full=True)[0] == "ok"  # a program may fill it and still succeed
     assert classify(None, "", True, None, 2, disk_full=True)[0] == "timeout"
+    assert classify(-signal.SIGKILL, "", False, 3.0, 2, disk_full=True)[0] == "timeout"  # the CPU limit killed it
+    assert classify(1, "MemoryError\n", False, 0.1, 2, disk_full=True)[0] == "memory"
 
 
 def test_result_dataclass_roundtrip():

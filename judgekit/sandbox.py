@@ -29,7 +29,8 @@ and what happens where the OS refuses one:
 7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
-8. **Confined filesystem** ("fs"; only when the caller is root, in the private mount namespace "mntns"): the
+8. **Confined filesystem** ("fs", in a private mount namespace "mntns"; as root, or for an ordinary user
+   inside the user namespace of layer 2 where the kernel allows unprivileged user namespaces): the
    program runs in a new root (`pivot_root`) that holds only read-only, nosuid binds of the system
    directories (`/usr`, `/etc`, `/lib*`, `/bin`, `/sbin`) and of the interpreter's prefixes and
    site-packages, a few device nodes, and a `/proc` of its own PID namespace. The caller's home, working
@@ -37,7 +38,7 @@ and what happens where the OS refuses one:
    directory (`/tmp/judgekit-sbx-*`) all live on one fresh tmpfs of `SandboxLimits.disk_mb` MiB (and a
    bounded number of inodes), so everything a program writes together is bounded, never reaches the
    host's disk and vanishes with the run; using it up is reported as "file_size". When this layer is
-   refused (not root, no mount namespace, no `pivot_root`) the result's `isolation` lacks "fs", a warning
+   refused (no mount namespace, no `pivot_root`) the result's `isolation` lacks "fs", a warning
    says so once, and programs can read world-readable files and write to world-writable places (within
    the file-size limit), as before.
 
@@ -201,15 +202,20 @@ def build_root(fs, suid):
     if suid is not None:
         os.chown(new + work, suid, suid)
     return new, work
+OLD_ROOT = "/.old-root"
 def enter_root(new, pidns):
-    if not pidns:  # no fresh /proc can be mounted for the program's namespace: show the host's, read-only
+    if not pidns:  # no fresh /proc can be mounted for the program's namespace: show the host's
         mount("/proc", new + "/proc", None, MS_BIND | MS_REC, None)
-    os.chdir(new)
-    if libc.syscall(cfg["pivot_root_nr"], b".", b".") != 0:
+    os.mkdir(new + OLD_ROOT, 0o700)
+    if libc.syscall(cfg["pivot_root_nr"], new.encode(), (new + OLD_ROOT).encode()) != 0:
         raise OSError(ctypes.get_errno(), "pivot_root")
-    if libc.umount2(b".", MNT_DETACH) != 0:  # the old root, stacked on "." by pivot_root(".", ".")
-        raise OSError(ctypes.get_errno(), "umount old root")
     os.chdir("/")
+def finish_root():
+    """Drop the old root and make the new one read-only. Called after the fresh /proc is mounted: inside a
+    user namespace the kernel allows a new proc mount only while another proc mount is visible."""
+    if libc.umount2(OLD_ROOT.encode(), MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount old root")
+    os.rmdir(OLD_ROOT)
     mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 want_net = not cfg["network"]
 notes = []
@@ -237,6 +243,8 @@ if root:
     tries = [(NEWPID | NEWNET, ["pidns", "netns"]), (NEWPID, ["pidns"]), (NEWNET, ["netns"])]
 else:
     tries = [(NEWUSER | NEWPID | NEWNET, ["userns", "pidns", "netns"]), (NEWUSER | NEWPID, ["userns", "pidns"])]
+    if cfg["fs"]:  # a user namespace also allows a private mount namespace and so the confined filesystem
+        tries = [(flags | NEWNS, names) for flags, names in tries] + tries
 layers = ["session"]
 for flags, names in tries:
     if not want_net:
@@ -244,11 +252,19 @@ for flags, names in tries:
         names = [n for n in names if n != "netns"]
     if flags and unshare(flags):
         layers += names
+        if flags & NEWNS:
+            mntns = True
+            try:
+                newroot, inner_work = build_root(cfg["fs"], None)
+            except OSError as e:
+                notes.append("cannot confine the filesystem (%s)" % e)
         break
 pidns = "pidns" in layers
 if newroot is not None:
     try:
         enter_root(newroot, pidns)
+        if not pidns:
+            finish_root()
     except OSError as e:  # half-way through the switch: no safe way to go on
         report(layers=layers, notes=["cannot enter the confined filesystem (%s)" % e])
         os._exit(1)
@@ -285,6 +301,11 @@ def shim():
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         except OSError:
             pass  # the program then runs without /proc (Python does not need it)
+        try:
+            finish_root()
+        except OSError as e:
+            os.write(2, ("sandbox: could not start program: %r\n" % (e,)).encode())
+            os._exit(127)
     child = os.fork()
     if child == 0:
         try:
@@ -554,7 +575,8 @@ def _note_isolation(layers: list[str], limits: SandboxLimits) -> None:
                             "sandboxed programs can use the network")
     if "fs" not in layers and _CONFINE_FS:
         _warn_once("fs", "judgekit sandbox: cannot confine the filesystem here ("
-                         + ("not root" if os.geteuid() != 0 else "no mount namespace / pivot_root") + "); "
+                         + ("no user + mount namespaces" if os.geteuid() != 0 else "no mount namespace / pivot_root")
+                         + "); "
                          "programs can read world-readable files and leave files in world-writable places")
     if "uid" not in layers:
         _warn_once("uid", "judgekit sandbox: not running as root, so programs run as the caller's user "
@@ -566,7 +588,7 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
     limits = limits or SandboxLimits()
     root = os.geteuid() == 0
     sandbox_uid = _UID_BASE + random.randrange(1 << 24) if root else None
-    fs_plan = _fs_plan() if root and _CONFINE_FS else None
+    fs_plan = _fs_plan() if _CONFINE_FS else None
     reveal, tops = _reveal_plan() if root else ([], [])
     private = tempfile.mkdtemp(prefix="judgekit-sbx-io-")  # caller-only: stdin/stdout/stderr files
     workdir = tempfile.mkdtemp(prefix="judgekit-sbx-")

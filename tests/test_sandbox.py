@@ -352,3 +352,31 @@ def test_cli_leaves_nothing_on_the_host(confined, tmp_path, capsys):
     assert "False" in out["stdout"] and ".bashrc" not in out["stdout"]
     assert main(["sandbox", "run", str(prog), "--timeout", "5", "--disk-mb", "4", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["status"] == "file_size"
+
+
+def test_not_root_the_filesystem_is_confined_in_a_user_namespace():
+    """Run the sandbox as an ordinary user (nobody, through setpriv) with a system Python: where the kernel
+    allows unprivileged user namespaces, the filesystem layer still applies."""
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[1]
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    if not ROOT or not shutil.which("setpriv") or not py:
+        pytest.skip("needs root (to become nobody), setpriv and a system python3")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run(nobody + [py, "-c", f"import os; os.listdir({str(repo)!r})"], capture_output=True).returncode:
+        pytest.skip("the checkout is not readable by an ordinary user")
+    if subprocess.run(nobody + ["unshare", "-Urm", "true"], capture_output=True).returncode:
+        pytest.skip("no unprivileged user + mount namespaces on this kernel")
+    tag = f"judgekit-nobody-{uuid.uuid4().hex}"
+    code = (f"import json, sys\nsys.path.insert(0, {str(repo)!r})\nfrom judgekit.sandbox import run_program\n"
+            f"r = run_program(\"import os\\nopen('/tmp/{tag}', 'w').write('x')\\nprint(sorted(os.listdir('/')))\\n"
+            f"try:\\n    open('/usr/{tag}', 'w')\\nexcept OSError as e:\\n    print(type(e).__name__)\\n\")\n"
+            "print(json.dumps(r.to_dict()))\n")
+    out = subprocess.run(nobody + [py, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert res["status"] == "ok" and {"userns", "mntns", "fs"} <= set(res["isolation"]), res
+    listing, refused = res["stdout"].splitlines()
+    assert "root" not in listing and "home" not in listing and refused == "OSError"
+    assert not Path(f"/tmp/{tag}").exists() and not Path(f"/usr/{tag}").exists()

@@ -17,12 +17,10 @@ from typing import Any
 import torch
 
 from judgekit.errors import JudgekitError
+from judgekit.pocket import ALIASES as POCKET_MODELS
+from judgekit.pocket import pocket_model_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-POCKET_ALIASES = {
-    "pocket-target": REPO_ROOT / "data" / "pocket" / "target",
-    "pocket-draft": REPO_ROOT / "data" / "pocket" / "draft",
-}
+POCKET_ALIASES = {alias: pocket_model_path(alias) for alias in POCKET_MODELS}  # checkout or installed copy
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32}
 

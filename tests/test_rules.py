@@ -692,8 +692,9 @@ def test_verify_block_truncation_zero_mass_case():
     assert stat < chi_bound and l1 < l1_bound
 
 
-BONUS_CASES = [("lossless", False), ("minp", False), ("minp", True), ("speccascade", False),
-               ("speccascade", True), ("typical", False), ("typical", True), ("eta", True)]
+# (the property "never outside A" is checked for every truncation rule and both shapes further below; these
+# check the bonus token's whole distribution)
+BONUS_CASES = [("lossless", False), ("minp", False), ("minp", True), ("speccascade", True), ("typical", False)]
 
 
 def _bonus_reference(name):

@@ -4,7 +4,8 @@ A rule is an acceptance probability h(x) for a drafted token x plus a residual d
 rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one position (DESIGN.md §2).
 Every rule exposes three vectorised pieces, all over a block of k positions at once:
 
-* ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k];
+* ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k] (or, given x [k, m], h at m
+  tokens per row, shape [k, m]: :mod:`judgekit.analysis` asks for every token at once);
 * ``residual(p, q, ctx)`` -> r at each position, shape [k, V] (rows sum to 1);
 * ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
   equations (8, 10, 12, sec. 3.2 and appendices A, F) rather than from h and r, so that the tests can check
@@ -67,6 +68,9 @@ def _ratio(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _gather(t: Tensor, x: Tensor) -> Tensor:
+    """t at the tokens x: one token per row (x [k]) or a block of tokens per row (x [k, m], for analysis)."""
+    if x.ndim == t.ndim:
+        return t.gather(-1, x)
     return t.gather(-1, x.unsqueeze(-1)).squeeze(-1)
 
 
@@ -257,7 +261,8 @@ class Fuzzy(Rule):
         return divergence(ps, qs, self.divergence) < self.threshold
 
     def acceptance(self, p, q, x, ctx):
-        return torch.where(self._gate(p, q, ctx), 1.0, super().acceptance(p, q, x, ctx))
+        gate = self._gate(p, q, ctx)
+        return torch.where(gate.unsqueeze(-1) if x.ndim == 2 else gate, 1.0, super().acceptance(p, q, x, ctx))
 
     def induced(self, p, q, ctx):
         return torch.where(self._gate(p, q, ctx).unsqueeze(-1), q, p)
@@ -290,7 +295,10 @@ class Judge(Rule):
 
     def acceptance(self, p, q, x, ctx):
         px, qx = _gather(p, x), _gather(q, x)
-        keep = self.verdict(ctx.hidden, x).to(p.dtype)
+        if x.ndim == 2:  # a block of tokens per row (analysis): the verdicts come from ctx.judge_vocab
+            keep = _gather(ctx.judge_vocab, x).to(p.dtype)
+        else:
+            keep = self.verdict(ctx.hidden, x).to(p.dtype)
         ratio = _ratio(px, qx).clamp(max=1.0)
         return torch.where(qx <= px, torch.ones_like(px), ratio + (1 - ratio) * keep)
 

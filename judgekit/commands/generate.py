@@ -20,7 +20,8 @@ def add_rule_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rule", default="lossless",  # names not listed here: that would import torch for --help
                    help="verification rule (default lossless; an unknown name lists them all)")
     g.add_argument("--lenience", type=float, default=0.5, help="lenience l in (0, 1] (rule lenience)")
-    g.add_argument("--lam", type=float, default=0.5, help="interpolation lambda in [0, 1] (rule cos)")
+    g.add_argument("--lam", type=float, default=0.5,
+                   help="interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling")
     g.add_argument("--fuzzy-threshold", type=float, default=0.5, help="divergence threshold T (rule fuzzy)")
     g.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"], help="D for rule fuzzy")
     g.add_argument("--judge", help="trained judge directory (rule judge)")

@@ -286,10 +286,14 @@ def test_dir_stats_numbers(mined: Path) -> None:
     assert s["target_accuracy"] == pytest.approx(3 / 4)
     assert s["features"]["layers"] == [-1, 2]
     assert s["features"]["columns"] == {"hidden_l-1": H, "hidden_l2": H, "draft_hidden": DH}
-    assert s["ranks"] == 2 and s["shards"] == 3
-    assert s["wall_time_s"] == pytest.approx(4.0)
+    assert s["ranks"] == 2 and s["commits"] == 3 and s["data_files"] == 6 and not s["compacted"]
+    # Per-problem latencies are summed only under their own name; the run's wall time comes from the commits.
+    assert s["problem_latency_s"]["sum"] == pytest.approx(4.0)
+    assert s["wall_time_s"] is not None and 0 <= s["wall_time_s"] < 60
+    assert set(s["per_rank"]) == {"0", "1"} and s["per_rank"]["0"]["problems"] == 3
     text = format_stats(s)
     assert "3/5 (60.0%)" in text and "75.0% (3/4)" in text and "hidden_l-1[8]" in text
+    assert "summed problem time" not in text and "overlapping" in text
     json.dumps(s)  # plain JSON types only
 
 

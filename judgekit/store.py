@@ -437,6 +437,10 @@ def scan(out_dir: str | Path) -> Layout:
 # ------------------------------------------------------------------------------------------------- locks
 
 
+class DirectoryBusy(JudgekitError):
+    """The directory is locked by a writer (compaction must wait until the run has finished)."""
+
+
 class DirLock:
     """Advisory lock on a mining directory: writers share it, compaction takes it alone.
 
@@ -453,7 +457,7 @@ class DirLock:
             fcntl.flock(f.fileno(), flags)
         except BlockingIOError:
             f.close()
-            raise JudgekitError(f"{out_dir} is still being written (a `judgekit mine` holds it); "
+            raise DirectoryBusy(f"{out_dir} is still being written (a `judgekit mine` holds it); "
                                 "try again when the run has finished") from None
         except OSError:  # a filesystem without flock: proceed unlocked
             f.close()

@@ -1,4 +1,4 @@
-"""Semi-greedy counterfactual mining (AutoJudge, DESIGN.md §3), made fast.
+"""Semi-greedy counterfactual mining (AutoJudge, docs/design.md §3), made fast.
 
 Per problem, with greedy decoding: the target answers (response R); the draft is teacher-forced over R; at
 the leftmost mismatch m at or after the left border the draft token is substituted and the target

@@ -451,7 +451,10 @@ class DirLock:
         self._file = None
         if fcntl is None:
             return
-        f = open(Path(out_dir) / LOCK, "a+b")
+        try:
+            f = open(Path(out_dir) / LOCK, "a+b")
+        except OSError:  # e.g. a read-only copy: nothing can write there either
+            return
         try:
             flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
             fcntl.flock(f.fileno(), flags)
@@ -711,6 +714,18 @@ class ShardWriter:
 # ----------------------------------------------------------------------------------------------- readers
 
 
+def _consistent(out_dir: Path, read):
+    """read(commits), retried when a compaction finished between listing and reading (files vanished)."""
+    for attempt in range(3):
+        commits = scan(out_dir).commits
+        try:
+            return read(commits)
+        except JudgekitError:
+            if attempt == 2 or scan(out_dir).commits == commits:
+                raise
+    raise AssertionError("unreachable")
+
+
 def read_mismatches(out_dir: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """All committed mismatch rows of every rank (compactions first, then commits in rank, seq order).
 
@@ -722,9 +737,9 @@ def read_mismatches(out_dir: str | Path, columns: Sequence[str] | None = None) -
     cols = _check_columns(columns, schema)
     # A writer commit whose mismatch shard is gone reads as having none (validate_dir names it); a
     # compaction's part is never skipped: the rows it holds exist nowhere else.
-    tables = [_read_shard(s, settings, cols) for c in scan(out_dir).commits for s in _mismatch_shards(c)
-              if s.rank < 0 or s.path.exists()]
-    return _concat(tables, schema, cols)
+    return _consistent(out_dir, lambda commits: _concat(
+        [_read_shard(s, settings, cols) for c in commits for s in _mismatch_shards(c) if s.rank < 0 or s.path.exists()],
+        schema, cols))
 
 
 def read_problems(out_dir: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
@@ -733,8 +748,8 @@ def read_problems(out_dir: str | Path, columns: Sequence[str] | None = None) -> 
     settings = load_settings(out_dir)
     schema = problem_schema(settings)
     cols = _check_columns(columns, schema)
-    tables = [_read_shard(c.marker, settings, cols) for c in scan(out_dir).commits]
-    return _concat(tables, schema, cols)
+    return _consistent(out_dir, lambda commits: _concat([_read_shard(c.marker, settings, cols) for c in commits],
+                                                        schema, cols))
 
 
 def validate_dir(out_dir: str | Path) -> RunSettings:

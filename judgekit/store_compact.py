@@ -41,6 +41,7 @@ from judgekit.store import (
     _tmp_path,
     compact_name,
     iter_shard,
+    load_settings,
     mismatch_schema,
     parquet_options,
     problem_schema,
@@ -155,8 +156,7 @@ def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES,
     """Rewrite every committed row of `out_dir` into few files; refused while a writer holds the directory."""
     start = time.monotonic()
     out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        raise JudgekitError(f"{out_dir}: no such directory")
+    load_settings(out_dir)  # not a mining directory: refused before the lock file is created
     with DirLock(out_dir, exclusive=True, blocking=False):
         settings = validate_dir(out_dir)
         _remove_leftovers(out_dir)

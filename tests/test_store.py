@@ -530,3 +530,11 @@ def test_kill_at_every_step_of_compaction_loses_and_duplicates_nothing(mined: Pa
         compact_dir(d)  # and a later compaction finishes the job
         assert _snapshot(d) == before and len(list(d.glob("*.parquet"))) <= 4
         shutil.rmtree(d)
+
+
+def test_compact_cli_errors_are_one_line_and_touch_nothing(tmp_path: Path, capsys) -> None:
+    assert main(["data", "compact", str(tmp_path / "nope")]) == 2
+    assert main(["data", "compact", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("judgekit: error:") == 2 and "no such directory" in err and "missing manifest" in err
+    assert list(tmp_path.iterdir()) == []

@@ -399,7 +399,7 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
         bar.close()
     if compact:
         try:
-            totals["compaction"] = compact_dir(out_dir)
+            totals["compaction"] = compact_dir(out_dir, in_run=True)
         except DirectoryBusy:
             totals["compaction"] = "other ranks are still writing; the last one to finish compacts"
     return totals

@@ -151,9 +151,12 @@ def _sessions(commits) -> tuple[dict[str, Any], bool]:
     return merged, timed
 
 
-def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES,
-                file_bytes: int = FILE_BYTES) -> CompactResult:
-    """Rewrite every committed row of `out_dir` into few files; refused while a writer holds the directory."""
+def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES, file_bytes: int = FILE_BYTES,
+                in_run: bool = False) -> CompactResult:
+    """Rewrite every committed row of `out_dir` into few files; refused while a writer holds the directory.
+
+    ``in_run``: the compaction that ends a `judgekit mine` run, whose time counts in the run's wall time.
+    """
     start = time.monotonic()
     out_dir = Path(out_dir)
     load_settings(out_dir)  # not a mining directory: refused before the lock file is created
@@ -187,8 +190,11 @@ def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES,
         schema = problem_schema(settings)
         probs = pa.concat_tables([_read_shard(c.marker, settings) for c in commits]).cast(schema)
         sessions, timed = _sessions(commits)
+        seconds = time.monotonic() - start
+        run_s = sum(float(c.info.get("run_compact_s", 0.0)) for c in commits) + (seconds if in_run else 0.0)
         info = {"parts": [[n, r] for n, r in written], "replaces": [c.unit for c in commits],
-                "sessions": sessions, "timed": timed, "compact_s": round(time.monotonic() - start, 3)}
+                "sessions": sessions, "timed": timed, "compact_s": round(seconds, 3),
+                "run_compact_s": round(run_s, 3)}
         probs = probs.replace_schema_metadata({**schema.metadata, META_COMPACT: json.dumps(info).encode()})
         marker = out_dir / compact_name(PROBLEMS, gen)
         tmp = _tmp_path(marker, _COMPACTOR_RANK)

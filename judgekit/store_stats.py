@@ -33,19 +33,22 @@ def _rate(num: float, den: float | None) -> float | None:
     return num / den if den else None
 
 
-def run_sessions(out_dir: str | Path) -> tuple[dict[str, dict[str, Any]], bool, float | None]:
-    """(session id -> {rank, elapsed}, whether every commit carries timing, seconds of the last compaction).
+def run_sessions(out_dir: str | Path) -> tuple[dict[str, dict[str, Any]], bool, float | None, float]:
+    """(session id -> {rank, elapsed}, whether every commit carries timing, seconds of the last compaction,
+    seconds of compactions that ended runs).
 
-    A session is one process of one rank; its elapsed time runs from the command's start to its last commit.
+    A session is one process of one rank; its elapsed time runs from the process's start to its last commit.
     """
     sessions: dict[str, dict[str, Any]] = {}
     complete = True
     compact_s = None
+    run_compact_s = 0.0
     for commit in scan(out_dir).commits:
         if commit.marker.rank < 0:
             found = dict(commit.info.get("sessions") or {})
             complete &= bool(commit.info.get("timed", False))
             compact_s = commit.info.get("compact_s", compact_s)
+            run_compact_s += float(commit.info.get("run_compact_s", 0.0))
         else:
             one = _json_meta(commit.marker.path, META_SESSION)
             found = {one["id"]: one} if one else {}
@@ -54,7 +57,7 @@ def run_sessions(out_dir: str | Path) -> tuple[dict[str, dict[str, Any]], bool, 
             old = sessions.get(sid)
             if old is None or s["elapsed"] > old["elapsed"]:
                 sessions[sid] = {"rank": int(s["rank"]), "elapsed": float(s["elapsed"])}
-    return sessions, complete, compact_s
+    return sessions, complete, compact_s, run_compact_s
 
 
 def dir_stats(out_dir: str | Path) -> dict[str, Any]:
@@ -80,7 +83,7 @@ def dir_stats(out_dir: str | Path) -> dict[str, Any]:
     n_important = sum(e["important"] for e in by_task.values())
     correct = sum(bool(x) for x in probs.column("target_correct").to_pylist())
 
-    sessions, timed, compact_s = run_sessions(out_dir)
+    sessions, timed, compact_s, run_compact_s = run_sessions(out_dir)
     per_rank: dict[int, dict[str, Any]] = {}
     for rank in probs.column("rank").to_pylist():
         per_rank.setdefault(rank, {"problems": 0, "wall_time_s": 0.0, "sessions": 0})["problems"] += 1
@@ -92,8 +95,8 @@ def dir_stats(out_dir: str | Path) -> dict[str, Any]:
         if not timed:
             entry["wall_time_s"] = None
         entry["problems_per_s"] = _rate(entry["problems"], entry["wall_time_s"])
-    # Ranks run side by side, so the run took as long as its slowest rank.
-    wall = max((e["wall_time_s"] for e in per_rank.values()), default=0.0) if timed else None
+    # Ranks run side by side, so the run took as long as its slowest rank, plus the compaction that ended it.
+    wall = max((e["wall_time_s"] for e in per_rank.values()), default=0.0) + run_compact_s if timed else None
     problem_times = probs.column("wall_time").to_pylist()
     files = list_shards(out_dir)
     return {

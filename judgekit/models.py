@@ -169,12 +169,11 @@ def _cache_arg_of(cls: type) -> str:
 
 
 def format_prompt(tokenizer, text: str, chat_template: bool = True) -> str:
-    """Wrap a user message in the tokenizer's chat template when it has one (and it is wanted)."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
-    return text
+    """Wrap a user message in the tokenizer's chat template when it has one (and it is wanted); the one
+    renderer is `judgekit.tasks.common.render_prompt` (tasks and the decoder must format alike)."""
+    from judgekit.tasks.common import render_prompt
+
+    return render_prompt(text, tokenizer, chat_template)
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:

@@ -337,7 +337,7 @@ def list_shards(out_dir: Path) -> list[Shard]:
     return sorted(shards, key=lambda s: (s.kind, s.rank < 0, s.rank, s.seq, s.part or 0))
 
 
-def committed_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
+def _writer_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
     """Writer shards only: (mismatch shard or None, problems shard) per commit, and the orphaned mismatch shards.
 
     A problems shard is the commit marker, so its commit counts even if the mismatch shard was lost
@@ -349,6 +349,19 @@ def committed_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, S
     pairs = [(mism.get(key), probs[key]) for key in sorted(probs)]
     orphans = [mism[key] for key in sorted(mism) if key not in probs]
     return pairs, orphans
+
+
+def committed_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
+    """(mismatch file or None if lost, its commit marker) for every mismatch file to read, in read order,
+    and the files never read (uncommitted, or replaced by a compaction).
+
+    A compaction with several parts gives one pair per part, all with the same marker, so a caller that
+    reads each pair's mismatch file (as `read_mismatches` does) reads every committed row exactly once.
+    """
+    layout = _layout(list(shards))
+    pairs = [(s if s.rank < 0 or s.path.exists() else None, c.marker)
+             for c in layout.commits for s in _mismatch_shards(c)]
+    return pairs, layout.leftovers
 
 
 @dataclass(frozen=True)
@@ -391,8 +404,11 @@ def _json_meta(path: Path, key: bytes) -> dict[str, Any] | None:
 
 def scan(out_dir: str | Path) -> Layout:
     """Commits to read and leftovers, from file names and the compaction markers' footers (cheap)."""
-    shards = list_shards(Path(out_dir))
-    pairs, orphans = committed_pairs(shards)
+    return _layout(list_shards(Path(out_dir)))
+
+
+def _layout(shards: list[Shard]) -> Layout:
+    pairs, orphans = _writer_pairs(shards)
     commits: list[Commit] = []
     high: dict[int, int] = {}
     for s in shards:

@@ -37,7 +37,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int)
     g.add_argument("--top-p", type=float)
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-new-tokens", type=int, default=256,
+                   help="same default as evaluation and mining (evaluate_rule, judgekit mine)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-chat-template", action="store_true", help="feed the prompt text as is")
 

@@ -382,7 +382,7 @@ class PocketCode(PocketTask):
                     live.remove(family)
                     continue
                 seen.add(self.key(family, found))
-                problems.append(self._make(family, found, split, f"s{self.seed}-{split}-{len(problems):05d}"))
+                problems.append(self._make(family, found, split, f"{self.name}/s{self.seed}-{split}-{len(problems):05d}"))
                 if len(problems) == n:
                     break
         return problems

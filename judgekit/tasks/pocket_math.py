@@ -330,7 +330,7 @@ class PocketMath(PocketTask):
             if k in seen:
                 continue
             seen.add(k)
-            problems.append(Problem(p.task, f"s{self.seed}-{split}-{len(problems):05d}", p.question,
+            problems.append(Problem(p.task, f"{self.name}/s{self.seed}-{split}-{len(problems):05d}", p.question,
                                     p.reference, p.meta))
         return problems
 

@@ -40,7 +40,6 @@ class TrainSpec:
     math_fraction: float = 0.7  # share of pocket-math problems per batch (arithmetic is the harder part)
     seed: int = 0
     style: str = "target"  # solution habits of the training data (judgekit.tasks.pocket_common.STYLES)
-    schedule_steps: int | None = None  # cosine horizon when training stops before it (None: `steps`)
 
 
 def make_model(tokenizer: Any, arch: dict, seed: int):
@@ -88,8 +87,7 @@ def lr_at(step: int, spec: TrainSpec) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr."""
     if step < spec.warmup:
         return spec.lr * (step + 1) / spec.warmup
-    horizon = spec.schedule_steps or spec.steps
-    t = min(1.0, (step - spec.warmup) / max(1, horizon - spec.warmup))
+    t = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
     return spec.lr * (spec.min_lr_ratio + (1 - spec.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 

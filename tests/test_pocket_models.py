@@ -97,10 +97,15 @@ def test_training_recipe_is_deterministic_for_a_seed(tmp_path):
     """Two short runs of the committed recipe with the same seed give bit-identical weights and tokenizer."""
     from safetensors.torch import load_file
 
-    from judgekit.pocket.train import DRAFT_ARCH, TrainSpec, train_pair
+    from dataclasses import replace
+
+    from judgekit.pocket.train import default_specs, train_pair
+
+    shipped_draft = default_specs()["draft"]
+    assert shipped_draft.style == "draft" and default_specs()["target"].style == "target"
 
     def run(out):
-        specs = {"draft": TrainSpec(arch=dict(DRAFT_ARCH), steps=3, batch_size=4, warmup=1)}
+        specs = {"draft": replace(shipped_draft, steps=3, batch_size=4, warmup=1)}  # the shipped draft's recipe, short
         train_pair(out, seed=5, device="cpu", specs=specs, which=("draft",), log=lambda _m: None)
         return load_file(str(out / "draft" / "model.safetensors")), (out / "draft" / "tokenizer.json").read_text()
 

@@ -158,3 +158,25 @@ def test_oracle_judge_between_lossless_and_accept_all():
     tv = total_variation(target, draft, prompts, responses, tok.pad_token_id)
     assert len(tv) == sum(map(len, responses)) and all(0 <= x <= 1 + 1e-6 for x in tv) and max(tv) > 0.05
     assert max(total_variation(target, target, prompts[:1], responses[:1], tok.pad_token_id)) < 1e-5
+
+
+def test_stopping_inside_the_schedule_equals_the_longer_runs_checkpoint(tmp_path):
+    """The shipped draft is a checkpoint of a longer cosine schedule; the recipe (steps < schedule_steps)
+    reproduces it exactly."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from judgekit.pocket.train import default_specs, lr_at, train_pair
+
+    base = replace(default_specs()["draft"], batch_size=4, warmup=1)
+    assert lr_at(2, replace(base, steps=3, schedule_steps=5)) == lr_at(2, replace(base, steps=5, schedule_steps=None))
+    train_pair(tmp_path / "stop", seed=5, device="cpu", specs={"draft": replace(base, steps=3, schedule_steps=5)},
+               which=("draft",), log=lambda _m: None)
+    train_pair(tmp_path / "long", seed=5, device="cpu", specs={"draft": replace(base, steps=5, schedule_steps=None)},
+               which=("draft",), log=lambda _m: None, checkpoint_every=3, checkpoint_dir=tmp_path / "ckpt")
+    a = load_file(str(tmp_path / "stop" / "draft" / "model.safetensors"))
+    b = load_file(str(tmp_path / "ckpt" / "draft-step3" / "model.safetensors"))
+    c = load_file(str(tmp_path / "long" / "draft" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)

@@ -46,10 +46,9 @@ def _train(args: argparse.Namespace) -> int:
     from judgekit.pocket.train import default_specs, train_pair
 
     specs = default_specs()
-    if args.target_steps:
-        specs["target"].steps = args.target_steps
-    if args.draft_steps:
-        specs["draft"].steps = args.draft_steps
+    for name, steps in (("target", args.target_steps), ("draft", args.draft_steps)):
+        if steps:  # a full schedule of that many steps (not a stop inside the default cosine horizon)
+            specs[name].steps, specs[name].schedule_steps = steps, None
     which = (args.only,) if args.only else ("target", "draft")
     start = time.time()
     results = train_pair(args.out or POCKET_DIR, seed=args.seed, device=args.device, specs=specs,

@@ -205,3 +205,13 @@ def test_code_draft_style_is_correct_and_prefers_other_forms():
     loop_t = sum("    for " in tgt.reference_code(p, rng_t) for p in sums) / len(sums)
     loop_d = sum("    for " in drf.reference_code(p, rng_d) for p in sums) / len(sums)
     assert loop_t > 0.35 and loop_d < 0.3  # the target mostly loops, the draft mostly uses sum(...)
+
+
+def test_tasks_do_not_import_the_pocket_models_package():
+    """tasks/ is below pocket/ (the trainer imports the generators, never the other way round)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, judgekit.tasks.pocket_math, judgekit.tasks.pocket_code, judgekit.tasks; "
+            "bad = [m for m in sys.modules if m.startswith('judgekit.pocket')]; assert not bad, bad")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

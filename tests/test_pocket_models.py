@@ -90,7 +90,9 @@ def test_cli_parses_pocket_commands():
     args = build_parser().parse_args(["pocket", "train", "--only", "draft", "--seed", "2"])
     assert args.only == "draft" and args.seed == 2 and callable(args.func)
     args = build_parser().parse_args(["pocket", "eval", "--limit", "5"])
-    assert args.limit == 5 and args.target == "pocket-target"
+    assert args.limit == 5 and args.target == "pocket-target" and args.oracle_limit == 50
+    args = build_parser().parse_args(["pocket", "eval", "--oracle-limit", "0"])
+    assert args.oracle_limit == 0
 
 
 def test_training_recipe_is_deterministic_for_a_seed(tmp_path):

@@ -118,7 +118,7 @@ def oracle_judge(task: Any, problems: Sequence[Any], target: Any, draft: Any, to
     the target's greedy completion after it reaches the same outcome as the target's own greedy response.
 
     That is the most any judge can accept on this pair without changing a single answer, so its block
-    efficiency is the ceiling for judge-based lossy verification (DESIGN.md §3 labels, §4 rules). The
+    efficiency is the ceiling for judge-based lossy verification (docs/design.md §3 labels, §4 rules). The
     problems run in lock step: one batched draft proposal and one batched target forward per block, and
     the rollouts of the mismatches reached in the same round batched together. By induction the target's
     greedy outcome from every accepted prefix is the original one, so each mismatch needs one rollout."""

@@ -90,17 +90,24 @@ def test_cli_parses_pocket_commands():
     args = build_parser().parse_args(["pocket", "train", "--only", "draft", "--seed", "2"])
     assert args.only == "draft" and args.seed == 2 and callable(args.func)
     args = build_parser().parse_args(["pocket", "eval", "--limit", "5"])
-    assert args.limit == 5 and args.target == "pocket-target"
+    assert args.limit == 5 and args.target == "pocket-target" and args.oracle_limit == 50
+    args = build_parser().parse_args(["pocket", "eval", "--oracle-limit", "0"])
+    assert args.oracle_limit == 0
 
 
 def test_training_recipe_is_deterministic_for_a_seed(tmp_path):
     """Two short runs of the committed recipe with the same seed give bit-identical weights and tokenizer."""
     from safetensors.torch import load_file
 
-    from judgekit.pocket.train import DRAFT_ARCH, TrainSpec, train_pair
+    from dataclasses import replace
+
+    from judgekit.pocket.train import default_specs, train_pair
+
+    shipped_draft = default_specs()["draft"]
+    assert shipped_draft.style == "draft" and default_specs()["target"].style == "target"
 
     def run(out):
-        specs = {"draft": TrainSpec(arch=dict(DRAFT_ARCH), steps=3, batch_size=4, warmup=1)}
+        specs = {"draft": replace(shipped_draft, steps=3, batch_size=4, warmup=1)}  # the shipped draft's recipe, short
         train_pair(out, seed=5, device="cpu", specs=specs, which=("draft",), log=lambda _m: None)
         return load_file(str(out / "draft" / "model.safetensors")), (out / "draft" / "tokenizer.json").read_text()
 
@@ -108,3 +115,70 @@ def test_training_recipe_is_deterministic_for_a_seed(tmp_path):
     assert t1 == t2
     assert w1.keys() == w2.keys()
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
+
+
+@shipped
+def test_oracle_judge_between_lossless_and_accept_all():
+    """The oracle judge keeps every outcome; with an outcome that is the whole text it is exactly lossless
+    greedy SD, and with an outcome that never changes it accepts every mismatch."""
+    from judgekit.pocket.evaluate import draft_argmax, encode, load, oracle_judge, total_variation
+    from judgekit.tasks.pocket_math import PocketMath
+
+    class Verbatim(PocketMath):
+        def extract_outcome(self, problem, completion):
+            return completion
+
+    class Constant(PocketMath):
+        def extract_outcome(self, problem, completion):
+            return "same"
+
+    torch.set_num_threads(1)
+    target, tok = load("pocket-target")
+    draft, _ = load("pocket-draft")
+    task = PocketMath()
+    problems = task.load("test", limit=4)
+    prompts = encode(tok, [task.build_prompt(p, tok) for p in problems])
+    responses = greedy_continue(target, tok, prompts, 160)
+    guesses = draft_argmax(draft, prompts, responses, tok.pad_token_id)
+    texts = [tok.decode(r, skip_special_tokens=True) for r in responses]
+    lossless = sum(greedy_blocks([a == b for a, b in zip(r, g)], 8) for r, g in zip(responses, guesses))
+    assert lossless > len(problems)  # the pair disagrees somewhere, or the test shows nothing
+
+    exact = oracle_judge(Verbatim(), problems, target, draft, tok, prompts, texts, 8, 160)
+    assert exact["mismatches_accepted"] == 0 and exact["outcome_kept"] == 1.0
+    assert exact["target_forwards"] == lossless and exact["tokens"] == sum(map(len, responses))
+
+    outcomes = [task.extract_outcome(p, t) for p, t in zip(problems, texts)]
+    real = oracle_judge(task, problems, target, draft, tok, prompts, outcomes, 8, 160)
+    assert real["outcome_kept"] == 1.0
+    assert real["accuracy"] == sum(task.grade(p, o) for p, o in zip(problems, outcomes)) / len(problems)
+    assert real["target_forwards"] <= lossless and real["mismatches_accepted"] >= 1
+
+    loose = oracle_judge(Constant(), problems, target, draft, tok, prompts, ["same"] * 4, 8, 160)
+    assert loose["mismatches_rejected"] == 0 and loose["block_efficiency"] >= real["block_efficiency"]
+
+    tv = total_variation(target, draft, prompts, responses, tok.pad_token_id)
+    assert len(tv) == sum(map(len, responses)) and all(0 <= x <= 1 + 1e-6 for x in tv) and max(tv) > 0.05
+    assert max(total_variation(target, target, prompts[:1], responses[:1], tok.pad_token_id)) < 1e-5
+
+
+def test_stopping_inside_the_schedule_equals_the_longer_runs_checkpoint(tmp_path):
+    """The shipped draft is a checkpoint of a longer cosine schedule; the recipe (steps < schedule_steps)
+    reproduces it exactly."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from judgekit.pocket.train import default_specs, lr_at, train_pair
+
+    base = replace(default_specs()["draft"], batch_size=4, warmup=1)
+    assert lr_at(2, replace(base, steps=3, schedule_steps=5)) == lr_at(2, replace(base, steps=5, schedule_steps=None))
+    train_pair(tmp_path / "stop", seed=5, device="cpu", specs={"draft": replace(base, steps=3, schedule_steps=5)},
+               which=("draft",), log=lambda _m: None)
+    train_pair(tmp_path / "long", seed=5, device="cpu", specs={"draft": replace(base, steps=5, schedule_steps=None)},
+               which=("draft",), log=lambda _m: None, checkpoint_every=3, checkpoint_dir=tmp_path / "ckpt")
+    a = load_file(str(tmp_path / "stop" / "draft" / "model.safetensors"))
+    b = load_file(str(tmp_path / "ckpt" / "draft-step3" / "model.safetensors"))
+    c = load_file(str(tmp_path / "long" / "draft" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from judgekit.errors import JudgekitError
-from judgekit.pocket.common import split_of
+from judgekit.tasks.pocket_common import split_of
 from judgekit.tasks import get_task
 from judgekit.tasks.pocket_code import PocketCode, extract_code, parse_results, harness_program
 from judgekit.tasks.pocket_math import PocketMath
@@ -159,3 +159,59 @@ def test_code_variants_pass_and_wrong_code_fails(seed):
 def test_test_program_is_plain_source():
     src = harness_program("def f():\n    return 1", ["f() == 1"])
     compile(src, "<t>", "exec")  # the harness itself always compiles, whatever the solution
+
+
+def test_styles_prefer_different_equivalent_forms():
+    """The draft's training style reverses the target's preferred habits but never changes the answer."""
+    from judgekit.tasks.pocket_common import Chooser, get_style
+
+    with pytest.raises(JudgekitError):
+        PocketMath(style="sloppy")
+    tgt, drf = PocketMath(), PocketMath(style="draft")
+    rng_t, rng_d = random.Random(0), random.Random(1)  # independent streams, as in training
+    problems = tgt.load("train", limit=300)
+    sol_t = [tgt.reference_completion(p, rng_t) for p in problems]
+    sol_d = [drf.reference_completion(p, rng_d) for p in problems]
+    for p, s in zip(problems, sol_d):
+        assert drf.grade(p, drf.extract_outcome(p, s))
+    assert drf.reference_completion(problems[0]) == tgt.reference_completion(problems[0])  # canonical = target's
+
+    def share(sols, needle):
+        return sum(needle in s for s in sols) / len(sols)
+
+    assert share(sol_t, "The answer is") < 0.3 < 0.5 < share(sol_d, "The answer is")
+    times = [s for s in sol_t + sol_d if " * " in s or " x " in s]
+    assert share([s for s in sol_t if s in times], " x ") < 0.4 and share([s for s in sol_d if s in times], " x ") > 0.6
+    lead_t = [s.split("\n")[0].split(" ")[:2] for s in sol_t]
+    lead_d = [s.split("\n")[0].split(" ")[:2] for s in sol_d]
+    assert sum(a != b for a, b in zip(lead_t, lead_d)) > 150  # the first line's lead usually differs
+    # reversal: the last listed option becomes the dominant one
+    pick = Chooser(random.Random(1), get_style("draft"))
+    draws = [pick.pick([(0.9, "a"), (0.1, "b")]) for _ in range(200)]
+    assert draws.count("b") > 150
+
+
+def test_code_draft_style_is_correct_and_prefers_other_forms():
+    pytest.importorskip("judgekit.sandbox")
+    tgt, drf = PocketCode(), PocketCode(style="draft")
+    problems = tgt.load("test", limit=9)
+    rng = random.Random(2)
+    for p in problems:
+        s = drf.reference_completion(p, rng)
+        assert drf.grade(p, drf.extract_outcome(p, s)), (p.question, s)
+    train = tgt.load("train", limit=200)
+    rng_t, rng_d = random.Random(3), random.Random(4)
+    sums = [p for p in train if p.meta["family"] in ("sum_if", "div")]
+    loop_t = sum("    for " in tgt.reference_code(p, rng_t) for p in sums) / len(sums)
+    loop_d = sum("    for " in drf.reference_code(p, rng_d) for p in sums) / len(sums)
+    assert loop_t > 0.35 and loop_d < 0.3  # the target mostly loops, the draft mostly uses sum(...)
+
+
+def test_tasks_do_not_import_the_pocket_models_package():
+    """tasks/ is below pocket/ (the trainer imports the generators, never the other way round)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, judgekit.tasks.pocket_math, judgekit.tasks.pocket_code, judgekit.tasks; "
+            "bad = [m for m in sys.modules if m.startswith('judgekit.pocket')]; assert not bad, bad")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

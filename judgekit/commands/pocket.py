@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     ev.add_argument("--limit", type=int, default=200, help="held-out problems per task")
     ev.add_argument("--mismatch-limit", type=int, default=40, help="problems per task for the mismatch count")
     ev.add_argument("--gamma", type=int, default=8)
+    ev.add_argument("--oracle-limit", type=int, default=50,
+                    help="problems per task for oracle-judge speculative decoding (0: skip)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
@@ -44,10 +46,9 @@ def _train(args: argparse.Namespace) -> int:
     from judgekit.pocket.train import default_specs, train_pair
 
     specs = default_specs()
-    if args.target_steps:
-        specs["target"].steps = args.target_steps
-    if args.draft_steps:
-        specs["draft"].steps = args.draft_steps
+    for name, steps in (("target", args.target_steps), ("draft", args.draft_steps)):
+        if steps:  # a full schedule of that many steps (not a stop inside the default cosine horizon)
+            specs[name].steps, specs[name].schedule_steps = steps, None
     which = (args.only,) if args.only else ("target", "draft")
     start = time.time()
     results = train_pair(args.out or POCKET_DIR, seed=args.seed, device=args.device, specs=specs,
@@ -64,6 +65,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     report = evaluate_pair(args.target, args.draft, limit=args.limit, mismatch_limit=args.mismatch_limit,
                            gamma=args.gamma, seed=args.seed, threads=args.threads,
+                           oracle_limit=args.oracle_limit,
                            log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(report, indent=2))
     if args.json:

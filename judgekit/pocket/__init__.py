@@ -1,6 +1,7 @@
 """The pocket world's shipped models (DESIGN.md §6): where they live and how their aliases resolve.
 
-Kept free of heavy imports so that tasks and the model loader can use it cheaply; the tokenizer builder,
+Kept free of heavy imports so that the model loader can use it cheaply (the task generators in judgekit/tasks
+never import this package; their shared helpers are judgekit.tasks.pocket_common); the tokenizer builder,
 training loop and evaluation helpers live in the submodules.
 """
 

@@ -1,4 +1,5 @@
-"""Measuring the pocket pair: greedy accuracy, exact greedy block efficiency, and a mismatch census.
+"""Measuring the pocket pair: greedy accuracy, exact greedy block efficiency, TV distance, a mismatch census
+and the oracle-judge ceiling.
 
 Block efficiency is computed exactly from teacher forcing: with greedy lossless speculative decoding the
 output is the target's greedy output R, and each block accepts the leading run (at most gamma) of positions
@@ -61,6 +62,16 @@ def greedy_continue(model: Any, tokenizer: Any, prefixes: Sequence[list[int]], m
     return out
 
 
+def _right_padded(rows: Sequence[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
 @torch.no_grad()
 def draft_argmax(draft: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]],
                  pad: int, batch_size: int = 64) -> list[list[int]]:
@@ -68,16 +79,119 @@ def draft_argmax(draft: Any, prompts: Sequence[list[int]], responses: Sequence[l
     out = []
     for start in range(0, len(prompts), batch_size):
         rows = [p + r for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size])]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-            mask[i, : len(r)] = 1
+        ids, mask = _right_padded(rows, pad)
         pred = draft(input_ids=ids, attention_mask=mask).logits.argmax(-1)
         for i, (p, r) in enumerate(zip(prompts[start:start + batch_size], responses[start:start + batch_size])):
             out.append(pred[i, len(p) - 1: len(p) + len(r) - 1].tolist())
     return out
+
+
+@torch.no_grad()
+def total_variation(target: Any, draft: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]],
+                    pad: int, batch_size: int = 64) -> list[float]:
+    """TV(p, q) = 1/2 sum |p - q| between the two models' next-token distributions at temperature 1, at every
+    position of the (target's) responses under teacher forcing: how far sampling-based SD would be from
+    accepting everything (its acceptance rate is 1 - TV)."""
+    out: list[float] = []
+    for start in range(0, len(prompts), batch_size):
+        ps, rs = prompts[start:start + batch_size], responses[start:start + batch_size]
+        ids, mask = _right_padded([p + r for p, r in zip(ps, rs)], pad)
+        tv = 0.5 * (target(input_ids=ids, attention_mask=mask).logits.softmax(-1)
+                    - draft(input_ids=ids, attention_mask=mask).logits.softmax(-1)).abs().sum(-1)
+        for i, (p, r) in enumerate(zip(ps, rs)):
+            out += tv[i, len(p) - 1: len(p) + len(r) - 1].tolist()
+    return out
+
+
+@torch.no_grad()
+def next_argmax(model: Any, seqs: Sequence[list[int]], k: Sequence[int], pad: int) -> list[list[int]]:
+    """For each sequence s with k[i] trailing drafted tokens: the model's argmax after each of the last k+1
+    prefixes of s (the verification forward of one speculative block, plus the bonus position)."""
+    ids, mask = _right_padded(seqs, pad)
+    pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+    return [pred[i, len(s) - n - 1: len(s)].tolist() for i, (s, n) in enumerate(zip(seqs, k))]
+
+
+def oracle_judge(task: Any, problems: Sequence[Any], target: Any, draft: Any, tokenizer: Any,
+                 prompts: Sequence[list[int]], outcomes: Sequence[Any], gamma: int, max_new: int) -> dict:
+    """Greedy speculative decoding with an oracle judge: a mismatching draft token is accepted exactly when
+    the target's greedy completion after it reaches the same outcome as the target's own greedy response.
+
+    That is the most any judge can accept on this pair without changing a single answer, so its block
+    efficiency is the ceiling for judge-based lossy verification (docs/design.md §3 labels, §4 rules). The
+    problems run in lock step: one batched draft proposal and one batched target forward per block, and
+    the rollouts of the mismatches reached in the same round batched together. By induction the target's
+    greedy outcome from every accepted prefix is the original one, so each mismatch needs one rollout."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    n = len(problems)
+    out: list[list[int]] = [[] for _ in range(n)]
+    blocks, accepted, rejected = [0] * n, [0] * n, [0] * n
+    cache: dict[tuple[int, str], Any] = {}
+    key_of = getattr(task, "outcome_key", None)
+
+    def finished(k: int) -> bool:
+        return (out[k] and out[k][-1] == eos) or len(out[k]) >= max_new
+
+    def outcome_of(k: int, tokens: list[int]) -> Any:
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        ck = (k, key_of(text) if key_of else text)
+        if ck not in cache:
+            cache[ck] = task.extract_outcome(problems[k], text)
+        return cache[ck]
+
+    active = list(range(n))
+    while active:
+        budget = [min(gamma, max_new - len(out[k])) for k in active]
+        proposals = greedy_continue(draft, tokenizer, [prompts[k] + out[k] for k in active], max(budget))
+        proposals = [d[:b] for d, b in zip(proposals, budget)]
+        checks = next_argmax(target, [prompts[k] + out[k] + d for k, d in zip(active, proposals)],
+                             [len(d) for d in proposals], pad)
+        pos = {k: 0 for k in active}  # next drafted position to verify, per problem
+        walking = list(active)
+        while walking:
+            waiting = []
+            for k in walking:
+                j = active.index(k)
+                d, t = proposals[j], checks[j]
+                while pos[k] < len(d) and d[pos[k]] == t[pos[k]] and d[pos[k]] != eos:
+                    pos[k] += 1
+                if pos[k] < len(d) and d[pos[k]] == t[pos[k]]:  # an agreed EOS ends the response
+                    pos[k] += 1
+                    out[k] += d[: pos[k]]
+                elif pos[k] < len(d):
+                    waiting.append(k)
+                    continue
+                else:  # all drafted tokens accepted: the verification forward yields one more
+                    out[k] += d + [t[len(d)]]
+                blocks[k] += 1
+            if not waiting:
+                break
+            prefixes = [out[k] + proposals[active.index(k)][: pos[k] + 1] for k in waiting]
+            tails = greedy_continue(target, tokenizer, [prompts[k] + p for k, p in zip(waiting, prefixes)],
+                                    max(1, max(max_new - len(p) for p in prefixes)))
+            walking = []
+            for k, p, tail in zip(waiting, prefixes, tails):
+                j = active.index(k)
+                d, t = proposals[j], checks[j]
+                if task.equivalent(outcome_of(k, (p + tail)[:max_new]), outcomes[k]):
+                    accepted[k] += 1
+                    if d[pos[k]] == eos:  # the draft ends the response here and the outcome stands
+                        out[k] += d[: pos[k] + 1]
+                        blocks[k] += 1
+                        continue
+                    pos[k] += 1
+                    walking.append(k)
+                else:  # the judge rejects: the target's token replaces the draft's and the block ends
+                    rejected[k] += 1
+                    out[k] += d[: pos[k]] + [t[pos[k]]]
+                    blocks[k] += 1
+        active = [k for k in active if not finished(k)]
+    final = [outcome_of(k, out[k]) for k in range(n)]
+    return {"problems": n, "tokens": sum(map(len, out)), "target_forwards": sum(blocks),
+            "block_efficiency": sum(map(len, out)) / max(1, sum(blocks)),
+            "accuracy": sum(task.grade(p, o) for p, o in zip(problems, final)) / max(1, n),
+            "outcome_kept": sum(task.equivalent(o, r) for o, r in zip(final, outcomes)) / max(1, n),
+            "mismatches_accepted": sum(accepted), "mismatches_rejected": sum(rejected)}
 
 
 def greedy_blocks(matches: Sequence[bool], gamma: int) -> int:
@@ -127,7 +241,7 @@ def mismatch_census(task: Any, problems: Sequence[Any], target: Any, tokenizer: 
 
 
 def evaluate_task(task: Any, target: Any, draft: Any, tokenizer: Any, limit: int, mismatch_limit: int,
-                  gamma: int, log: Callable[[str], None] = print) -> dict:
+                  gamma: int, log: Callable[[str], None] = print, oracle_limit: int = 0) -> dict:
     problems = task.load("test", limit=limit)
     prompts = encode(tokenizer, [task.build_prompt(p, tokenizer) for p in problems])
     log(f"{task.name}: target generates {len(problems)} responses")
@@ -143,14 +257,25 @@ def evaluate_task(task: Any, target: Any, draft: Any, tokenizer: Any, limit: int
     census = mismatch_census(task, problems[:n], target, tokenizer, prompts[:n], responses[:n], guesses[:n],
                              outcomes[:n])
     agree = sum(a == b for r, g in zip(responses, guesses) for a, b in zip(r, g)) / max(1, sum(map(len, responses)))
-    return {"problems": len(problems), "target_accuracy": sum(t_ok) / len(problems),
-            "draft_accuracy": sum(d_ok) / len(problems), f"block_efficiency_gamma{gamma}": be,
-            "draft_token_agreement": agree, "mean_response_tokens": sum(map(len, responses)) / len(problems),
-            "mismatch_census": census}
+    tv = total_variation(target, draft, prompts, responses, tokenizer.pad_token_id)
+    report = {"problems": len(problems), "target_accuracy": sum(t_ok) / len(problems),
+              "draft_accuracy": sum(d_ok) / len(problems), f"block_efficiency_gamma{gamma}": be,
+              "draft_token_agreement": agree, "mean_tv_temperature1": sum(tv) / max(1, len(tv)),
+              "mean_response_tokens": sum(map(len, responses)) / len(problems), "mismatch_census": census}
+    m = min(oracle_limit, len(problems))
+    if m:
+        log(f"{task.name}: oracle-judge speculative decoding on {m} problems")
+        oracle = oracle_judge(task, problems[:m], target, draft, tokenizer, prompts[:m], outcomes[:m], gamma,
+                              MAX_NEW[task.name])
+        oracle["lossless_block_efficiency"] = block_efficiency(responses[:m], guesses[:m], gamma)
+        oracle["target_accuracy"] = sum(t_ok[:m]) / m
+        oracle["ratio_to_lossless"] = oracle["block_efficiency"] / oracle["lossless_block_efficiency"]
+        report["oracle_judge"] = oracle
+    return report
 
 
 def evaluate_pair(target: str = "pocket-target", draft: str = "pocket-draft", limit: int = 200,
-                  mismatch_limit: int = 40, gamma: int = 8, seed: int = 0, threads: int = 1,
+                  mismatch_limit: int = 40, gamma: int = 8, seed: int = 0, threads: int = 1, oracle_limit: int = 50,
                   tasks: Sequence[str] = ("pocket-math", "pocket-code"),
                   log: Callable[[str], None] = print) -> dict:
     """All the data card's numbers for a pair, on held-out (test split) problems, greedy."""
@@ -165,5 +290,5 @@ def evaluate_pair(target: str = "pocket-target", draft: str = "pocket-draft", li
                     "draft_parameters": sum(p.numel() for p in d_model.parameters())}
     for name in tasks:
         report[name] = evaluate_task(get_task(name, seed=seed), t_model, d_model, tokenizer, limit,
-                                     mismatch_limit, gamma, log)
+                                     mismatch_limit, gamma, log, oracle_limit)
     return report

@@ -16,7 +16,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from judgekit.pocket.common import split_of, split_rng, stable_hash, weighted
+from judgekit.tasks.pocket_common import Chooser, Style, get_style, split_of, split_rng, stable_hash
 from judgekit.tasks.base import Outcome, Problem
 from judgekit.tasks.common import check_split, problems_from_file
 from judgekit.tasks.pocket_math import _EOS_MARKERS, PocketTask
@@ -38,17 +38,17 @@ LEXICON = ("cat", "dog", "sun", "tree", "apple", "river", "moon", "banana", "sky
 Names = dict[str, str]
 
 
-def _names(rng: random.Random | None, **pools: tuple[str, ...]) -> Names:
-    """Variable names: the first of each pool when canonical, else weighted towards it."""
+def _names(ch: Chooser, **pools: tuple[str, ...]) -> Names:
+    """Variable names: the first of each pool when canonical, else weighted towards the style's favourite."""
     out = {}
     for key, pool in pools.items():
         weights = [0.6] + [0.4 / (len(pool) - 1)] * (len(pool) - 1)
-        out[key] = pool[0] if rng is None else weighted(rng, list(zip(weights, pool)))
+        out[key] = ch.pick(list(zip(weights, pool)))
     return out
 
 
-def _pick(rng: random.Random | None, options: list[tuple[float, Callable[[], str]]]) -> str:
-    return options[0][1]() if rng is None else weighted(rng, options)()
+def _pick(ch: Chooser, options: list[tuple[float, Callable[[], str]]]) -> str:
+    return ch.pick(options)()
 
 
 def _int_lists(rng: random.Random, k: int, hi: int = 25, must: tuple[int, ...] = ()) -> list[list[int]]:
@@ -71,12 +71,12 @@ class Family:
     question: Callable[[tuple], str]
     reference: Callable[[tuple], Callable[[Any], Any]]
     inputs: Callable[[tuple, random.Random], list]
-    solution: Callable[[tuple, random.Random | None], str]
+    solution: Callable[[tuple, Chooser], str]  # one equivalent implementation, in the chooser's style
 
 
 # ---- sum_if: sum of the numbers passing a comparison -------------------------------------------------
-def _cond(it: str, cmp: str, k: int, rng: random.Random | None) -> str:
-    flipped = rng is not None and rng.random() < 0.2
+def _cond(it: str, cmp: str, k: int, ch: Chooser) -> str:
+    flipped = ch.chance("flip_cond", 0.2)
     return f"{k} {FLIP[cmp]} {it}" if flipped else f"{it} {cmp} {k}"
 
 
@@ -85,10 +85,10 @@ def _sum_loop(fn: str, cond: str, n: Names) -> str:
             f"            {n['acc']} += {n['it']}\n    return {n['acc']}")
 
 
-def _sum_solution(fn: str, make_cond: Callable[[str], str], rng: random.Random | None) -> str:
-    n = _names(rng, acc=("total", "result", "s"), it=("x", "n", "v"))
+def _sum_solution(fn: str, make_cond: Callable[[str], str], ch: Chooser) -> str:
+    n = _names(ch, acc=("total", "result", "s"), it=("x", "n", "v"))
     cond = make_cond(n["it"])
-    return _pick(rng, [
+    return _pick(ch, [
         (0.5, lambda: _sum_loop(fn, cond, n)),
         (0.35, lambda: f"def {fn}(xs):\n    return sum({n['it']} for {n['it']} in xs if {cond})"),
         (0.15, lambda: f"def {fn}(xs):\n    return sum([{n['it']} for {n['it']} in xs if {cond}])"),
@@ -96,10 +96,10 @@ def _sum_solution(fn: str, make_cond: Callable[[str], str], rng: random.Random |
 
 
 def _count_solution(fn: str, seq: str, it_pool: tuple[str, ...], make_cond: Callable[[str], str],
-                    rng: random.Random | None, arg: str = "xs") -> str:
-    n = _names(rng, acc=("count", "total", "c"), it=it_pool)
+                    ch: Chooser, arg: str = "xs") -> str:
+    n = _names(ch, acc=("count", "total", "c"), it=it_pool)
     cond = make_cond(n["it"])
-    return _pick(rng, [
+    return _pick(ch, [
         (0.5, lambda: f"def {fn}({arg}):\n    {n['acc']} = 0\n    for {n['it']} in {seq}:\n        if {cond}:\n"
                       f"            {n['acc']} += 1\n    return {n['acc']}"),
         (0.3, lambda: f"def {fn}({arg}):\n    return sum(1 for {n['it']} in {seq} if {cond})"),
@@ -114,7 +114,7 @@ SUM_IF = Family(
                        f"{CMP_WORDS[p[0]]} {p[1]}.",
     reference=lambda p: lambda xs: sum(x for x in xs if OPS[p[0]](x, p[1])),
     inputs=lambda p, r: [[xs] for xs in _int_lists(r, 5, must=(p[1], p[1] + 1, max(p[1] - 1, 0)))],
-    solution=lambda p, r: _sum_solution("sum_if", lambda it: _cond(it, p[0], p[1], r), r),
+    solution=lambda p, c: _sum_solution("sum_if", lambda it: _cond(it, p[0], p[1], c), c),
 )
 
 DIV = Family(
@@ -127,19 +127,19 @@ DIV = Family(
     reference=lambda p: (lambda xs: sum(1 for x in xs if x % p[1] == 0)) if p[0] == "count" else
                         (lambda xs: sum(x for x in xs if x % p[1] == 0)),
     inputs=lambda p, r: [[xs] for xs in _int_lists(r, 5, hi=40, must=(p[1], 2 * p[1], p[1] + 1))],
-    solution=lambda p, r: (_count_solution("count_div", "xs", ("x", "n", "v"), lambda it: f"{it} % {p[1]} == 0", r)
+    solution=lambda p, c: (_count_solution("count_div", "xs", ("x", "n", "v"), lambda it: f"{it} % {p[1]} == 0", c)
                            if p[0] == "count" else
-                           _sum_solution("sum_div", lambda it: f"{it} % {p[1]} == 0", r)),
+                           _sum_solution("sum_div", lambda it: f"{it} % {p[1]} == 0", c)),
 )
 
 _TWORDS = {"*": "multiplied by", "+": "increased by", "-": "decreased by"}
 
 
-def _transform_solution(p: tuple, rng: random.Random | None) -> str:
+def _transform_solution(p: tuple, ch: Chooser) -> str:
     op, k = p
-    n = _names(rng, acc=("result", "out", "ys"), it=("x", "n", "v"))
+    n = _names(ch, acc=("result", "out", "ys"), it=("x", "n", "v"))
     it, acc = n["it"], n["acc"]
-    return _pick(rng, [
+    return _pick(ch, [
         (0.5, lambda: f"def transform(xs):\n    return [{it} {op} {k} for {it} in xs]"),
         (0.35, lambda: f"def transform(xs):\n    {acc} = []\n    for {it} in xs:\n        {acc}.append({it} {op} {k})"
                        f"\n    return {acc}"),
@@ -158,11 +158,11 @@ TRANSFORM = Family(
 )
 
 
-def _count_char_solution(p: tuple, rng: random.Random | None) -> str:
+def _count_char_solution(p: tuple, ch: Chooser) -> str:
     c = p[0]
-    if rng is None or rng.random() < 0.5:
+    if ch.rng is None or ch.chance("count_builtin", 0.5):
         return f"def count_char(s):\n    return s.count('{c}')"
-    return _count_solution("count_char", "s", ("ch", "c", "letter"), lambda it: f"{it} == '{c}'", rng, arg="s")
+    return _count_solution("count_char", "s", ("ch", "c", "letter"), lambda it: f"{it} == '{c}'", ch, arg="s")
 
 
 COUNT_CHAR = Family(
@@ -183,8 +183,8 @@ COUNT_LONG = Family(
                        f"{p[1]} letters.",
     reference=lambda p: lambda s: sum(1 for w in s.split() if OPS[p[0]](len(w), p[1])),
     inputs=lambda p, r: [[s + " " + "x" * p[1]] for s in _sentences(r, 5)],
-    solution=lambda p, r: _count_solution("count_long", "s.split()", ("w", "word", "t"),
-                                          lambda it: f"len({it}) {p[0]} {p[1]}", r, arg="s"),
+    solution=lambda p, c: _count_solution("count_long", "s.split()", ("w", "word", "t"),
+                                          lambda it: f"len({it}) {p[0]} {p[1]}", c, arg="s"),
 )
 
 
@@ -194,9 +194,9 @@ def _fizz_params(rng: random.Random) -> tuple:
     return a, b, w1, w2
 
 
-def _fizz_solution(p: tuple, rng: random.Random | None) -> str:
+def _fizz_solution(p: tuple, ch: Chooser) -> str:
     a, b, w1, w2 = p
-    return _pick(rng, [
+    return _pick(ch, [
         (0.5, lambda: f"def fizz(n):\n    if n % {a} == 0:\n        return '{w1}'\n    elif n % {b} == 0:\n"
                       f"        return '{w2}'\n    else:\n        return str(n)"),
         (0.3, lambda: f"def fizz(n):\n    if n % {a} == 0:\n        return '{w1}'\n    if n % {b} == 0:\n"
@@ -217,12 +217,12 @@ FIZZ = Family(
 )
 
 
-def _extreme_solution(p: tuple, rng: random.Random | None) -> str:
+def _extreme_solution(p: tuple, ch: Chooser) -> str:
     kind, k = p
     cmp, idx = (">", -1) if kind == "max" else ("<", 0)
-    n = _names(rng, acc=("best", "m", "top"), it=("x", "n", "v"))
+    n = _names(ch, acc=("best", "m", "top"), it=("x", "n", "v"))
     acc, it = n["acc"], n["it"]
-    return _pick(rng, [
+    return _pick(ch, [
         (0.5, lambda: f"def extreme(xs):\n    return {kind}(xs) + {k}"),
         (0.3, lambda: f"def extreme(xs):\n    {acc} = xs[0]\n    for {it} in xs:\n        if {it} {cmp} {acc}:\n"
                       f"            {acc} = {it}\n    return {acc} + {k}"),
@@ -241,11 +241,11 @@ EXTREME = Family(
 )
 
 
-def _join_rev_solution(p: tuple, rng: random.Random | None) -> str:
+def _join_rev_solution(p: tuple, ch: Chooser) -> str:
     sep, upper = p
     src = "s.upper().split()" if upper else "s.split()"
-    w = _names(rng, acc=("words", "parts", "ws"))["acc"]
-    return _pick(rng, [
+    w = _names(ch, acc=("words", "parts", "ws"))["acc"]
+    return _pick(ch, [
         (0.45, lambda: f"def join_rev(s):\n    return '{sep}'.join(reversed({src}))"),
         (0.35, lambda: f"def join_rev(s):\n    return '{sep}'.join({src}[::-1])"),
         (0.2, lambda: f"def join_rev(s):\n    {w} = {src}\n    {w}.reverse()\n    return '{sep}'.join({w})"),
@@ -263,13 +263,13 @@ JOIN_REV = Family(
 )
 
 
-def _first_solution(p: tuple, rng: random.Random | None) -> str:
+def _first_solution(p: tuple, ch: Chooser) -> str:
     cmp, k = p
-    it = _names(rng, it=("x", "n", "v"))["it"]
-    return _pick(rng, [
-        (0.6, lambda: f"def first_index(xs):\n    for i, {it} in enumerate(xs):\n        if {_cond(it, cmp, k, rng)}:\n"
+    it = _names(ch, it=("x", "n", "v"))["it"]
+    return _pick(ch, [
+        (0.6, lambda: f"def first_index(xs):\n    for i, {it} in enumerate(xs):\n        if {_cond(it, cmp, k, ch)}:\n"
                       f"            return i\n    return -1"),
-        (0.4, lambda: f"def first_index(xs):\n    for i in range(len(xs)):\n        if {_cond('xs[i]', cmp, k, rng)}:\n"
+        (0.4, lambda: f"def first_index(xs):\n    for i in range(len(xs)):\n        if {_cond('xs[i]', cmp, k, ch)}:\n"
                       f"            return i\n    return -1"),
     ])
 
@@ -333,8 +333,9 @@ class PocketCode(PocketTask):
     splits = ("train", "test")
     stop_strings = ()
 
-    def __init__(self, seed: int = 0, limits: Any = None) -> None:
+    def __init__(self, seed: int = 0, limits: Any = None, style: "str | Style" = "target") -> None:
         self.seed = seed
+        self.style = get_style(style)  # the habits reference_code samples with (training data only)
         self.limits = limits  # a judgekit.sandbox.SandboxLimits; None: 5 s per program (the tests are tiny)
 
     @staticmethod
@@ -389,7 +390,7 @@ class PocketCode(PocketTask):
 
     def reference_code(self, problem: Problem, rng: random.Random | None = None) -> str:
         """A correct implementation; rng samples among equivalent forms, None gives the canonical one."""
-        return FAMILIES[problem.meta["family"]].solution(tuple(problem.meta["params"]), rng)
+        return FAMILIES[problem.meta["family"]].solution(tuple(problem.meta["params"]), Chooser(rng, self.style))
 
     def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
         return f"```python\n{self.reference_code(problem, rng)}\n```"

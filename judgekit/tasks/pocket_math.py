@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from judgekit.pocket.common import split_of, split_rng, weighted
+from judgekit.tasks.pocket_common import Chooser, Style, get_style, split_of, split_rng
 from judgekit.tasks.base import Outcome, Problem, Task
 from judgekit.tasks.common import check_split, normalize_number, problems_from_file, render_prompt
 
@@ -241,16 +241,18 @@ def render_expr(step: Step, swap: bool = False, times: str = "*") -> str:
     return f"{a} {op} {b} = {step.result}"
 
 
-def render_solution(steps: list[Step], rng: random.Random | None = None) -> str:
-    """A chain of thought ending in `#### N`; rng=None gives the canonical (all-dominant) variant."""
-    times = "*" if rng is None else weighted(rng, ((0.75, "*"), (0.25, "x")))
+def render_solution(steps: list[Step], rng: random.Random | None = None, style: "str | Style" = "target") -> str:
+    """A chain of thought ending in `#### N`; rng=None gives the canonical (all-dominant) variant, `style`
+    the habits the variants are drawn with (pocket_common.STYLES)."""
+    ch = Chooser(rng, get_style(style))
+    times = ch.pick(((0.75, "*"), (0.25, "x")))
     lines = []
     for step in steps:
-        lead = step.leads[0][1] if rng is None else weighted(rng, step.leads)
-        swap = False if rng is None else rng.random() < 0.35
+        lead = ch.pick(step.leads)
+        swap = ch.chance("swap", 0.35)
         lines.append(f"{lead} {render_expr(step, swap, times)} {step.unit}.")
     answer = steps[-1].result
-    if rng is not None and rng.random() < 0.2:
+    if ch.chance("answer_line", 0.2):
         lines.append(f"The answer is {answer}.")
     lines.append(f"#### {answer}")
     return "\n".join(lines)
@@ -288,8 +290,9 @@ class PocketMath(PocketTask):
     splits = ("train", "test")
     stop_strings = ()
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, style: "str | Style" = "target") -> None:
         self.seed = seed
+        self.style = get_style(style)  # the habits reference_completion samples with (training data only)
 
     # ---- generation -------------------------------------------------------------------------------
     @staticmethod
@@ -340,7 +343,7 @@ class PocketMath(PocketTask):
 
     def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
         """A correct chain of thought; rng samples among equivalent phrasings, None gives the canonical one."""
-        return render_solution(self.steps(problem), rng)
+        return render_solution(self.steps(problem), rng, self.style)
 
     # ---- prompting and scoring --------------------------------------------------------------------
     def extract_outcome(self, problem: Problem, completion: str) -> Outcome:

@@ -229,3 +229,18 @@ def test_two_process_ddp_gives_the_same_head(tmp_path):
     torch.testing.assert_close(ddp.weight, single.weight.detach().reshape(-1), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(ddp.bias, single.bias.detach().reshape(()), atol=1e-5, rtol=1e-4)
     assert ddp.config["training"]["best_epoch"] == one.config["training"]["best_epoch"]
+
+
+def test_mix_sweep_writes_one_judge_per_mix_and_a_summary(two_sources, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["train", "--data", str(two_sources[0]), str(two_sources[1]), "--out", str(out),
+                 "--mix-sweep", "9:1,5:5,1:9", "--layer", "1", "--accelerator", "cpu", "--devices", "1",
+                 "--max-epochs", "2", "--quiet"]) == 0
+    rows = json.loads((out / "sweep.json").read_text())
+    assert [r["mix"] for r in rows] == ["9:1", "5:5", "1:9"]
+    assert len({r["budget"] for r in rows}) == 1  # one budget for the whole sweep
+    for r in rows:
+        judge = load_judge(out / r["dir"])
+        assert judge.config["mix"]["requested"] == r["mix"]
+        assert judge.config["mix"]["budget"] == r["budget"]
+    assert "AUROC" in (out / "sweep.md").read_text() and "sweep ->" in capsys.readouterr().out

@@ -244,3 +244,15 @@ def test_mix_sweep_writes_one_judge_per_mix_and_a_summary(two_sources, tmp_path,
         assert judge.config["mix"]["requested"] == r["mix"]
         assert judge.config["mix"]["budget"] == r["budget"]
     assert "AUROC" in (out / "sweep.md").read_text() and "sweep ->" in capsys.readouterr().out
+
+
+def test_old_format_judge_loads_as_last_layer_target_only(tmp_path, capsys):
+    from judgekit.judge import LinearJudge
+
+    LinearJudge(torch.ones(4), torch.tensor(0.0), torch.zeros(4), torch.ones(4), {"target_model": "x"}).save(tmp_path)
+    config = json.loads((tmp_path / "judge_config.json").read_text())
+    assert "schema_version" not in config and "features" not in config
+    judge = load_judge(tmp_path)
+    assert (judge.layer, judge.features, judge.hidden_size, judge.uses_draft) == (-1, "target", 4, False)
+    assert main(["judge", "show", str(tmp_path)]) == 0
+    assert "hidden_states[-1] [4]" in capsys.readouterr().out

@@ -232,7 +232,8 @@ class SpeculativeDecoder:
         dev, vocab = self.pair.device, self.pair.vocab_size
         if k == 0:
             empty = torch.empty(0, vocab, device=dev)
-            d_hidden = torch.empty(0, self.pair.draft.config.hidden_size, device=dev) if self.need_draft_hidden else None
+            d_hidden = (torch.empty(0, self.pair.draft.config.hidden_size, device=dev)
+                        if self.need_draft_hidden else None)
             return torch.empty(0, dtype=torch.long, device=dev), empty, None, d_hidden
         inp = torch.tensor([unread], device=dev)
         tokens, rows, shapes, states = [], [], [], []

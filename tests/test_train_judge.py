@@ -115,7 +115,8 @@ def test_linear_head_matches_sklearn_logistic_regression(tmp_path):
 @pytest.fixture(scope="module")
 def trained(two_sources, tmp_path_factory):
     out = tmp_path_factory.mktemp("judge") / "j"
-    rc = main(["train", "--data", str(two_sources[0]), str(two_sources[1]), "--out", str(out), "--mix", "9:1", "--budget", "80",
+    rc = main(["train", "--data", str(two_sources[0]), str(two_sources[1]), "--out", str(out), "--mix", "9:1",
+               "--budget", "80",
                "--layer", "1", "--features", "target+draft", "--accelerator", "cpu", "--devices", "1",
                "--max-epochs", "8", "--quiet"])
     assert rc == 0

@@ -1,6 +1,7 @@
 """Lightning head vs scikit-learn LogisticRegression on the same features and split, per source.
 
-Usage (from the repository root): PYTHONPATH=. python training/compare_sklearn.py DATA [DATA ...] [--mix 9:1] [--layer L] [--features target]
+Usage (from the repository root):
+    PYTHONPATH=. python training/compare_sklearn.py DATA [DATA ...] [--mix 9:1] [--layer L] [--features target]
 Prints validation AUROC per source and overall for both (standardised features, class_weight="balanced").
 """
 

@@ -24,6 +24,7 @@ float16 matrix (2 bytes per value, as stored), and converted to float32 one batc
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -393,10 +394,20 @@ class JudgeData:
                 "sources": self.selection.realised}
 
 
-def build_data(sources: list[SourceIndex], sel: Selection, spec: FeatureSpec) -> JudgeData:
-    def gather(which: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _matrix(n: int, size: int, cache_dir: str | Path | None, name: str) -> np.ndarray:
+    """A float16 [n, size] matrix in memory, or memory-mapped .npy in cache_dir for data larger than RAM."""
+    if cache_dir is None:
+        return np.empty((n, size), dtype=np.float16)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))  # each DDP process fills its own file
+    return np.lib.format.open_memmap(Path(cache_dir) / f"{name}-r{rank}.npy", mode="w+", dtype=np.float16, shape=(n, size))
+
+
+def build_data(sources: list[SourceIndex], sel: Selection, spec: FeatureSpec,
+               cache_dir: str | Path | None = None) -> JudgeData:
+    def gather(which: list[np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = sum(len(r) for r in which)
-        x = np.empty((n, spec.size), dtype=np.float16)
+        x = _matrix(n, spec.size, cache_dir, name)
         y = np.empty(n, dtype=np.float32)
         src = np.empty(n, dtype=np.int64)
         pos = 0
@@ -407,8 +418,8 @@ def build_data(sources: list[SourceIndex], sel: Selection, spec: FeatureSpec) ->
             pos += len(rows)
         return x, y, src
 
-    x_tr, y_tr, _ = gather(sel.train_rows)
-    x_va, y_va, src_va = gather(sel.val_rows)
+    x_tr, y_tr, _ = gather(sel.train_rows, "train")
+    x_va, y_va, src_va = gather(sel.val_rows, "val")
     data = JudgeData(spec, sel, x_tr, y_tr, x_va, y_va, src_va, [s.name for s in sources])
     for what, y in (("training", y_tr), ("validation", y_va)):
         if len(y) == 0:

@@ -257,3 +257,13 @@ def test_old_format_judge_loads_as_last_layer_target_only(tmp_path, capsys):
     assert (judge.layer, judge.features, judge.hidden_size, judge.uses_draft) == (-1, "target", 4, False)
     assert main(["judge", "show", str(tmp_path)]) == 0
     assert "hidden_states[-1] [4]" in capsys.readouterr().out
+
+
+def test_feature_cache_memory_maps_the_same_matrices(two_sources, tmp_path):
+    sources, split, spec = jd.prepare([str(d) for d in two_sources], layer=1, features="target+draft")
+    sel = jd.select(sources, split, "1:1", (1.0, 1.0), 40, "problems")
+    ram, mapped = jd.build_data(sources, sel, spec), jd.build_data(sources, sel, spec, tmp_path / "cache")
+    assert isinstance(mapped.x_train, np.memmap) and (tmp_path / "cache" / "train-r0.npy").is_file()
+    np.testing.assert_array_equal(np.asarray(mapped.x_train), ram.x_train)
+    np.testing.assert_array_equal(np.asarray(mapped.x_val), ram.x_val)
+    assert ram.x_train.dtype == np.float16 and ram.x_train.shape[1] == 24

@@ -39,7 +39,8 @@ def run(args) -> int:
             text, mix = args.mix, jd.parse_mix(args.mix, len(sources))
         else:  # no mix asked: every training problem of every source, in its natural proportion
             text, mix = "natural", tuple(float(a) for a in avail)
-        data = jd.build_data(sources, jd.select(sources, split, text, mix, args.budget, args.unit), spec)
+        data = jd.build_data(sources, jd.select(sources, split, text, mix, args.budget, args.unit), spec,
+                             args.feature_cache)
         tj.train_one(data, cfg, out)
         return 0
     mixes = jd.parse_sweep(args.mix_sweep, len(sources))
@@ -47,7 +48,7 @@ def run(args) -> int:
     selections = [jd.select(sources, split, t, m, budget, args.unit) for t, m in mixes]  # all feasible first
     rows, is_zero = [], True
     for sel in selections:
-        data = jd.build_data(sources, sel, spec)
+        data = jd.build_data(sources, sel, spec, args.feature_cache)
         res = tj.train_one(data, cfg, out / jd.mix_label(sel.mix_text))
         is_zero = res.is_global_zero
         per = res.metrics.get("per_source", {})
@@ -95,5 +96,7 @@ def register(sub) -> None:
     p.add_argument("--devices", default="auto", help="Lightning devices: auto, 1, 2, ...")
     p.add_argument("--strategy", default="auto", help="Lightning strategy: auto, ddp, ...")
     p.add_argument("--num-nodes", type=int, default=1)
+    p.add_argument("--feature-cache", metavar="DIR", help="memory-map the selected features (.npy) in DIR instead of "
+                                                          "holding them in RAM (data larger than memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,7 @@ def fit_head(data: jd.JudgeData, cfg: TrainConfig, log_dir: str | Path | None = 
     """Train on `data`; returns the best head (by validation AUROC), training info, and whether rank 0."""
     if cfg.batch_size < 1 or cfg.max_epochs < 1 or cfg.patience < 1:
         raise JudgekitError("--batch-size, --max-epochs and --patience must be >= 1")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = JudgeHeadModule(data.spec.size, cfg.head, cfg.mlp_hidden, cfg.lr, cfg.weight_decay, data.y_val)
     mean, std = data.scaler()
@@ -212,7 +214,8 @@ def fit_head(data: jd.JudgeData, cfg: TrainConfig, log_dir: str | Path | None = 
         accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, num_nodes=cfg.num_nodes,
         max_epochs=cfg.max_epochs, logger=logger, enable_checkpointing=False,
         enable_progress_bar=cfg.progress, enable_model_summary=False, num_sanity_val_steps=0,
-        use_distributed_sampler=False, deterministic=True,
+        # "warn", not True: a deterministic cuBLAS needs CUBLAS_WORKSPACE_CONFIG, which we set when unset.
+        use_distributed_sampler=False, deterministic="warn",
         callbacks=[EarlyStopping("val_auroc", mode="max", patience=cfg.patience, min_delta=1e-4)],
         log_every_n_steps=1,
     )
@@ -257,12 +260,13 @@ def train_one(data: jd.JudgeData, cfg: TrainConfig, out: str | Path | None, echo
     """Fit, score the validation set, and (on rank 0) write the judge directory and metrics.json."""
     out_path = Path(out) if out is not None else None
     log_dir = cfg.log_dir or (out_path / "logs" if out_path else None)
+    if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0":  # before DDP starts its processes
+        echo(jd.format_realised(data.selection))
     net, info, is_zero = fit_head(data, cfg, log_dir)
     scores = score(net, data.x_val)
     metrics = judge_metrics(scores, data.y_val, data.val_source, data.source_names)
     config = judge_config(data, cfg, metrics, info)
     if is_zero:
-        echo(jd.format_realised(data.selection))
         echo(format_metrics(metrics))
         if out_path is not None:
             judge = judge_from_module(net, config)

@@ -27,12 +27,18 @@ def main() -> None:
     ap.add_argument("--features", default="target")
     ap.add_argument("--head", default="linear")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-epochs", type=int, default=50)
+    ap.add_argument("--patience", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=1e-2)
     args = ap.parse_args()
     sources, split, spec = jd.prepare(args.data, layer=args.layer, features=args.features, seed=args.seed)
     avail = jd.available_units(sources, split, "problems")
     text, mix = (args.mix, jd.parse_mix(args.mix, len(sources))) if args.mix else ("natural", tuple(map(float, avail)))
     data = jd.build_data(sources, jd.select(sources, split, text, mix, args.budget, "problems"), spec)
-    res = train_one(data, TrainConfig(head=args.head, progress=False, accelerator="cpu", devices=1, seed=args.seed),
+    res = train_one(data, TrainConfig(head=args.head, progress=False, accelerator="cpu", devices=1, seed=args.seed,
+                                      max_epochs=args.max_epochs, patience=args.patience,
+                                      batch_size=args.batch_size, lr=args.lr),
                     None, echo=lambda *_: None)
     ours = score(res.net, data.x_val)
     scaler = StandardScaler().fit(data.x_train.astype(np.float64))

@@ -49,9 +49,9 @@ class TrainConfig:
     mlp_hidden: int = 256
     lr: float = 1e-2
     weight_decay: float = 1e-4
-    batch_size: int = 512
-    max_epochs: int = 50
-    patience: int = 5
+    batch_size: int = 256
+    max_epochs: int = 100
+    patience: int = 10
     seed: int = 0
     accelerator: str = "auto"
     devices: Any = "auto"

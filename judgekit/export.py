@@ -1,0 +1,84 @@
+"""`judgekit export`: a trained judge as one portable file (TorchScript or ONNX), scaler included.
+
+The exported graph is the judge's own :class:`judgekit.judge.HeadNet` (standardisation, head, sigmoid)
+behind the same inputs the decoder passes: ``hidden`` [n, H] and, for a target+draft judge,
+``draft_hidden`` [n, H_d]; the output is P(important) [n]. The judge config (layer, features, model
+identity, thresholds, metrics) travels inside the file: as ``judge_config.json`` in TorchScript's extra
+files, and as ONNX metadata properties (``judge_config`` plus one ``threshold.<name>`` entry each).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from judgekit.errors import JudgekitError
+from judgekit.judge import CONFIG_NAME, HeadNet, TrainedJudge, load_judge
+
+FORMATS = ("onnx", "torchscript")
+
+
+class TargetOnly(nn.Module):
+    def __init__(self, net: HeadNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.net(hidden)
+
+
+class TargetAndDraft(nn.Module):
+    def __init__(self, net: HeadNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, hidden: Tensor, draft_hidden: Tensor) -> Tensor:
+        return self.net(torch.cat([hidden, draft_hidden], -1))
+
+
+def exportable(judge: TrainedJudge) -> tuple[nn.Module, tuple[Tensor, ...], list[str]]:
+    """The module to export, example inputs and input names."""
+    net = judge.module()
+    if judge.uses_draft:
+        ex = (torch.randn(2, judge.hidden_size), torch.randn(2, judge.draft_hidden_size or 0))
+        return TargetAndDraft(net).eval(), ex, ["hidden", "draft_hidden"]
+    return TargetOnly(net).eval(), (torch.randn(2, judge.hidden_size),), ["hidden"]
+
+
+def export_judge(judge_dir: str | Path, fmt: str, out: str | Path) -> Path:
+    if fmt not in FORMATS:
+        raise JudgekitError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+    judge = load_judge(judge_dir)
+    module, example, names = exportable(judge)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config_json = json.dumps(judge.config)
+    if fmt == "torchscript":
+        scripted = torch.jit.trace(module, example)
+        torch.jit.save(scripted, str(out), _extra_files={CONFIG_NAME: config_json})
+        return out
+    try:
+        import onnx
+    except ImportError:
+        raise JudgekitError("ONNX export needs the export extra: pip install 'judgekit[export]'") from None
+    dynamic = {n: {0: "n"} for n in names} | {"p_important": {0: "n"}}
+    torch.onnx.export(module, example, str(out), input_names=names, output_names=["p_important"],
+                      dynamic_axes=dynamic, dynamo=False, opset_version=17)
+    model = onnx.load(str(out))
+    meta = {"judge_config": config_json, "judgekit.features": judge.features, "judgekit.layer": str(judge.layer)}
+    meta |= {f"threshold.{k}": repr(float(v)) for k, v in judge.config.get("thresholds", {}).items()}
+    for key, value in meta.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(out))
+    return out
+
+
+def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, dict]:
+    """An exported TorchScript judge and its config."""
+    extra = {CONFIG_NAME: ""}
+    module = torch.jit.load(str(path), _extra_files=extra)
+    return module, json.loads(extra[CONFIG_NAME])

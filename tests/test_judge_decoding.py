@@ -1,0 +1,91 @@
+"""The decoder reads the judge's own layer and features: via `judgekit generate` and `evaluate_rule`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from judgekit.cli import main
+from judgekit.evaluation import evaluate_rule
+from judgekit.judge import LinearJudge, load_judge
+from judgekit.models import encode_prompt, format_prompt, load_model_pair
+from judgekit.pocket import POCKET_DIR
+from judgekit.rules import make_rule
+from judgekit.tasks import get_task
+
+pytestmark = pytest.mark.skipif(not (POCKET_DIR / "target" / "model.safetensors").exists(),
+                                reason="pocket models not trained")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
+
+
+def _keep_all_judge(path, pair, layer, features="target"):
+    """A judge that keeps every draft (P(important) = sigmoid(-20)), trained 'on' `layer`."""
+    h = pair.target.config.hidden_size
+    d = pair.draft.config.hidden_size if features == "target+draft" else 0
+    config = {"schema_version": 2, "layer": layer, "features": features, "hidden_size": h,
+              "draft_hidden_size": d or None, "target_model": "pocket-target", "draft_model": "pocket-draft"}
+    LinearJudge(torch.zeros(h + d), torch.tensor(-20.0), torch.zeros(h + d), torch.ones(h + d), config).save(path)
+    return path
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every (hidden, tokens, draft_hidden) a saved judge is called with."""
+    seen = []
+    original = LinearJudge.__call__
+
+    def recording(self, hidden, tokens=None, draft_hidden=None):
+        seen.append((hidden.clone(), tokens.clone(), None if draft_hidden is None else draft_hidden.clone()))
+        return original(self, hidden, tokens, draft_hidden)
+
+    monkeypatch.setattr(LinearJudge, "__call__", recording)
+    return seen
+
+
+def _check_first_step(pair, prompt_ids, calls, layer, draft=False):
+    """The first step keeps every draft, so its features are the models' states on prompt + drafts."""
+    hidden, tokens, draft_hidden = calls[0]
+    seq = torch.tensor([prompt_ids + tokens.tolist()])
+    n = len(prompt_ids)
+    with torch.no_grad():
+        states = pair.target(seq, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(hidden, states[layer][0, n:], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(hidden, states[-1][0, n:], atol=1e-3)  # really not the last layer
+    if draft:
+        with torch.no_grad():
+            d_states = pair.draft(seq, output_hidden_states=True).hidden_states
+        # The miner's draft_hidden: the draft's final state after the token before each drafted one.
+        torch.testing.assert_close(draft_hidden, d_states[-1][0, n - 1: -1], atol=1e-4, rtol=1e-4)
+    else:
+        assert draft_hidden is None
+
+
+def test_generate_reads_the_judges_layer(pair, tmp_path, calls, capsys):
+    judge_dir = _keep_all_judge(tmp_path / "j", pair, layer=1)
+    prompt = "Tom has 3 apples and buys 4 more."
+    assert main(["generate", "--target", "pocket-target", "--draft", "pocket-draft", "--prompt", prompt,
+                 "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu", "--dtype", "fp32",
+                 "--max-new-tokens", "12", "--json"]) == 0
+    ids = encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, prompt))
+    _check_first_step(pair, ids, calls, layer=1)
+
+
+@pytest.mark.parametrize("features", ["target", "target+draft"])
+def test_evaluate_rule_reads_the_judges_layer_and_draft_features(pair, tmp_path, calls, features):
+    judge = load_judge(_keep_all_judge(tmp_path / "j", pair, layer=2, features=features))
+    task = get_task("pocket-math")
+    problem = task.load("test", limit=1)
+    evaluate_rule(pair, task, problem, make_rule("judge", judge=judge, threshold=0.5), "judge", max_new_tokens=12)
+    ids = encode_prompt(pair.tokenizer, task.build_prompt(problem[0], pair.tokenizer, chat_template=True))
+    _check_first_step(pair, ids, calls, layer=2, draft=features == "target+draft")
+
+
+def test_generate_refuses_a_layer_the_target_lacks(pair, tmp_path, capsys):
+    judge_dir = _keep_all_judge(tmp_path / "j", pair, layer=7)
+    assert main(["generate", "--target", "pocket-target", "--draft", "pocket-draft", "--prompt", "x",
+                 "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu"]) == 2
+    assert "layer 7" in capsys.readouterr().err

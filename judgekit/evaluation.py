@@ -324,7 +324,8 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     den = 1 + z * z / n
     centre = (phat + z * z / (2 * n)) / den
     half = z * ((phat * (1 - phat) / n + z * z / (4 * n * n)) ** 0.5) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval always contains phat; clamping keeps rounding from putting an end on the wrong side of it.
+    return max(0.0, min(phat, centre - half)), min(1.0, max(phat, centre + half))
 
 
 def summarize(records) -> list[dict]:

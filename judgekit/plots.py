@@ -56,8 +56,8 @@ def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "") -> Path:
             pts = sorted(pts, key=lambda r: r["block_efficiency"])
             x = [r["block_efficiency"] for r in pts]
             y = [100 * r["quality"] for r in pts]
-            err = [[100 * (r["quality"] - r["quality_ci"][0]) for r in pts],
-                   [100 * (r["quality_ci"][1] - r["quality"]) for r in pts]]
+            err = [[100 * max(0.0, r["quality"] - r["quality_ci"][0]) for r in pts],
+                   [100 * max(0.0, r["quality_ci"][1] - r["quality"]) for r in pts]]
             if pts[0]["rule"] == "lossless":
                 ax.errorbar(x, y, yerr=err, fmt="*", markersize=14, color="black", capsize=3, label=name,
                             zorder=5)
@@ -111,8 +111,8 @@ def plot_truncation(rows: list[dict], out: str | Path, title: str = "") -> Path 
     for off, idx, colour, label in ((-width / 2, 0, "tab:red", "truncation rule"),
                                     (width / 2, 1, "tab:blue", "matched baseline")):
         q = [100 * p[idx]["quality"] for p in pairs]
-        err = [[100 * (p[idx]["quality"] - p[idx]["quality_ci"][0]) for p in pairs],
-               [100 * (p[idx]["quality_ci"][1] - p[idx]["quality"]) for p in pairs]]
+        err = [[100 * max(0.0, p[idx]["quality"] - p[idx]["quality_ci"][0]) for p in pairs],
+               [100 * max(0.0, p[idx]["quality_ci"][1] - p[idx]["quality"]) for p in pairs]]
         axq.bar([x + off for x in xs], q, width, yerr=err, capsize=3, color=colour, label=label)
         axb.bar([x + off for x in xs], [p[idx]["block_efficiency"] for p in pairs], width, color=colour,
                 label=label)

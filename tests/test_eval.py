@@ -100,7 +100,7 @@ def test_resume_skips_finished_pairs_and_grows_with_limit(tmp_path, pair):
 
 def test_two_ranks_share_the_pairs_and_merge_to_the_single_process_result(tmp_path):
     args = [sys.executable, "-m", "judgekit", "eval", *POCKET, "--rule", "lossless", "speccascade",
-            "--p-base", "0.2", "--limit", "3", "--quiet"]
+            "--p-base", "0.2", "--limit", "2", "--quiet"]
     env = {**os.environ, "WORLD_SIZE": "2", "TOKENIZERS_PARALLELISM": "false"}
     procs = [subprocess.Popen([*args, "--out", str(tmp_path / "two")], cwd=ROOT, env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
@@ -108,7 +108,7 @@ def test_two_ranks_share_the_pairs_and_merge_to_the_single_process_result(tmp_pa
     assert [p.returncode for p in procs] == [0, 0], results
     assert main(["eval", *args[4:], "--out", str(tmp_path / "one")]) == 0
     two, one = read_records(tmp_path / "two").to_pylist(), read_records(tmp_path / "one").to_pylist()
-    assert sorted(r["rank"] for r in two) == [0, 0, 0, 1, 1, 1]
+    assert sorted(r["rank"] for r in two) == [0, 0, 1, 1]
     key = lambda r: (r["point"], r["problem"])  # noqa: E731
     assert {key(r): r["completion_ids"] for r in two} == {key(r): r["completion_ids"] for r in one}
     # The last rank to finish wrote the merged summary.

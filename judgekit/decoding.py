@@ -138,18 +138,28 @@ def eos_ids(pair: ModelPair) -> set[int]:
     return ids
 
 
+def judge_features(rule: Rule, hidden_layer: int | None = None) -> tuple[int, bool]:
+    """(target hidden-state layer, whether the draft's hidden state is needed) for a rule's judge, if any."""
+    judge = getattr(rule, "judge", None)
+    config = getattr(judge, "config", None) or {}
+    layer = int(config.get("layer", -1)) if hidden_layer is None else hidden_layer
+    return layer, config.get("features", "target") == "target+draft"
+
+
 class SpeculativeDecoder:
     """Speculative decoding with any rule of :mod:`judgekit.rules`; prompts are processed one at a time."""
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
-                 sampling: SamplingConfig | None = None, hidden_layer: int = -1):
+                 sampling: SamplingConfig | None = None, hidden_layer: int | None = None):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
         self.rule = rule
         self.gamma = block_size
         self.sampling = sampling or SamplingConfig()
-        self.hidden_layer = hidden_layer
+        # A trained judge says which hidden-state layer it reads and whether it needs the draft's state too;
+        # every caller (generate, evaluate_rule, ...) gets this right by construction. hidden_layer overrides.
+        self.hidden_layer, self.need_draft_hidden = judge_features(rule, hidden_layer)
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
@@ -183,11 +193,11 @@ class SpeculativeDecoder:
         while len(seq) - n_prompt < max_new_tokens:
             remaining = max_new_tokens - (len(seq) - n_prompt)
             k = min(self.gamma, remaining - 1)  # never draft past the budget
-            drafted, q, q_shape = self._draft(seq[d_len:], d_cache, k, generator)
+            drafted, q, q_shape, d_hidden = self._draft(seq[d_len:], d_cache, k, generator)
             stats.draft_calls += k
             p, p_shape, hidden = self._verify(seq[t_len:], drafted, t_cache)
             stats.target_calls += 1
-            ctx = RuleContext(p_shape=p_shape, q_shape=q_shape, hidden=hidden)
+            ctx = RuleContext(p_shape=p_shape, q_shape=q_shape, hidden=hidden, draft_hidden=d_hidden)
             res = verify_block(self.rule, p, q, drafted, ctx, generator)
             # The one host sync of the step: accepted length, emitted token and the drafted ids together.
             packed = torch.cat([res.n_accepted.view(1), res.next_token.view(1), drafted]).tolist()
@@ -215,16 +225,23 @@ class SpeculativeDecoder:
         return Generation(prompt, text, completion, stats, finish)
 
     # -- the two forwards ----------------------------------------------------------------------------------
-    def _draft(self, unread: list[int], cache, k: int, generator) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _draft(self, unread: list[int], cache, k: int, generator
+               ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """k drafted tokens, their rows q, the shape rows, and (for a target+draft judge) the draft's final
+        hidden state that proposed each token: the miner's ``draft_hidden`` feature, same position and layer."""
         dev, vocab = self.pair.device, self.pair.vocab_size
         if k == 0:
             empty = torch.empty(0, vocab, device=dev)
-            return torch.empty(0, dtype=torch.long, device=dev), empty, None
+            d_hidden = torch.empty(0, self.pair.draft.config.hidden_size, device=dev) if self.need_draft_hidden else None
+            return torch.empty(0, dtype=torch.long, device=dev), empty, None, d_hidden
         inp = torch.tensor([unread], device=dev)
-        tokens, rows, shapes = [], [], []
+        tokens, rows, shapes, states = [], [], [], []
         for _ in range(k):
-            logits = self.pair.draft(input_ids=inp, **{self._draft_cache: cache}, use_cache=True,
-                                     logits_to_keep=1).logits[0, -1, :vocab]
+            out = self.pair.draft(input_ids=inp, **{self._draft_cache: cache}, use_cache=True, logits_to_keep=1,
+                                  output_hidden_states=self.need_draft_hidden)
+            logits = out.logits[0, -1, :vocab]
+            if self.need_draft_hidden:
+                states.append(out.hidden_states[-1][0, -1])
             probs, shape = to_probs(logits, self.sampling, self.need_shape)
             # Same exponential-race sampler as verification; greedy rows are one-hot so this is the argmax.
             tok = probs.argmax(-1) if self.sampling.greedy else sample(probs.unsqueeze(0), generator)[0]
@@ -233,7 +250,7 @@ class SpeculativeDecoder:
             shapes.append(shape)
             inp = tok.view(1, 1)
         q_shape = torch.stack(shapes) if shapes[0] is not None else None
-        return torch.stack(tokens), torch.stack(rows), q_shape
+        return torch.stack(tokens), torch.stack(rows), q_shape, (torch.stack(states) if states else None)
 
     def _verify(self, unread: list[int], drafted: Tensor, cache) -> tuple[Tensor, Tensor | None, Tensor | None]:
         dev, vocab = self.pair.device, self.pair.vocab_size

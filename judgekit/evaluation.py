@@ -234,18 +234,18 @@ def problem_seed(seed: int, problem_id: str) -> int:
 
 
 def _build_rule(point: EvalPoint, pair: ModelPair, judges: dict) -> Rule:
-    from judgekit.judge import check_judge_matches, load_judge
+    """The point's rule; a judge is loaded once per directory, then checked against the pair and placed."""
+    from judgekit.commands.generate import bind_rule
+    from judgekit.judge import load_judge
     from judgekit.rules import make_rule
 
     params = {k: v for k, v in point.params.items() if k != "threshold_name"}
     if point.rule == "judge":
         path = params["judge"]
         if path not in judges:
-            judge = load_judge(path)
-            check_judge_matches(judge, pair.target.config.hidden_size, pair.target_name)
-            judges[path] = judge.to(pair.device)
+            judges[path] = load_judge(path)
         params["judge"] = judges[path]
-    return make_rule(point.rule, **params)
+    return bind_rule(make_rule(point.rule, **params), pair)
 
 
 def evaluate_point(pair: ModelPair, task: Task, problem: Problem, prompt_ids: list[int],

@@ -43,11 +43,12 @@ class RuleContext:
     q_shape: Tensor | None = None
     hidden: Tensor | None = None  # [k, H] target hidden state after reading each drafted token (judge)
     judge_vocab: Tensor | None = None  # [k, V] bool verdict j(v) for every v (closed forms only)
+    draft_hidden: Tensor | None = None  # [k, H_d] draft's last hidden state that proposed each token (judge)
 
     def target_rows(self, sl: slice) -> "RuleContext":
         """The context restricted to some target rows (p_shape has k + 1 rows in a verify step)."""
         p_shape = None if self.p_shape is None else self.p_shape[sl]
-        return RuleContext(p_shape, self.q_shape, self.hidden, self.judge_vocab)
+        return RuleContext(p_shape, self.q_shape, self.hidden, self.judge_vocab, self.draft_hidden)
 
     def shapes(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
         return (p if self.p_shape is None else self.p_shape, q if self.q_shape is None else self.q_shape)
@@ -216,12 +217,14 @@ class Judge(Rule):
         if not 0.0 <= self.threshold <= 1.0:
             raise JudgekitError(f"judge threshold must be in [0, 1], got {self.threshold}")
 
-    def verdict(self, hidden: Tensor, tokens: Tensor) -> Tensor:
-        return self.judge(hidden, tokens) < self.threshold
+    def verdict(self, hidden: Tensor, tokens: Tensor, draft_hidden: Tensor | None = None) -> Tensor:
+        if draft_hidden is None:  # plain judge functions take (hidden, tokens)
+            return self.judge(hidden, tokens) < self.threshold
+        return self.judge(hidden, tokens, draft_hidden) < self.threshold
 
     def acceptance(self, p, q, x, ctx):
         px, qx = _gather(p, x), _gather(q, x)
-        keep = self.verdict(ctx.hidden, x).to(p.dtype)
+        keep = self.verdict(ctx.hidden, x, ctx.draft_hidden).to(p.dtype)
         ratio = _ratio(px, qx).clamp(max=1.0)
         return torch.where(qx <= px, torch.ones_like(px), ratio + (1 - ratio) * keep)
 

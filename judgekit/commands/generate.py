@@ -88,7 +88,11 @@ def add_sampling_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 
 def build_rule(args, pair=None):
-    """The rule named on the command line, with its parameters (and the judge loaded and checked)."""
+    """The rule named on the command line, with its parameters (a judge is loaded once, here).
+
+    Without a pair this only validates and loads (cheap, before the models); with one, the judge is also
+    checked against the pair and moved to its device (:func:`bind_rule`).
+    """
     from judgekit.rules import make_rule
 
     if args.rule not in RULES:
@@ -100,16 +104,28 @@ def build_rule(args, pair=None):
     if args.rule == "judge":
         if not args.judge:
             raise JudgekitError("rule judge needs --judge PATH (a trained judge directory)")
-        from judgekit.judge import check_judge_matches, load_judge
+        from judgekit.evaluation import resolve_threshold
+        from judgekit.judge import load_judge
 
         judge = load_judge(args.judge)
-        if pair is not None:
-            check_judge_matches(judge, pair.target.config.hidden_size, pair.target_name)
-            judge = judge.to(pair.device)
-        from judgekit.evaluation import resolve_threshold
-
         params.update(judge=judge, threshold=resolve_threshold(judge, args.judge_threshold))
-    return make_rule(args.rule, **params)
+    rule = make_rule(args.rule, **params)
+    return bind_rule(rule, pair) if pair is not None else rule
+
+
+def bind_rule(rule, pair):
+    """A judge rule's judge checked against the pair (hidden sizes, layer) and moved to its device."""
+    judge = getattr(rule, "judge", None)
+    if judge is None or not hasattr(judge, "config"):
+        return rule
+    import dataclasses
+
+    from judgekit.judge import check_judge_matches
+
+    check_judge_matches(judge, pair.target.config.hidden_size, pair.target_name,
+                        draft_hidden_size=pair.draft.config.hidden_size,
+                        num_hidden_layers=pair.target.config.num_hidden_layers)
+    return dataclasses.replace(rule, judge=judge.to(pair.device))
 
 
 def run(args) -> int:
@@ -117,12 +133,11 @@ def run(args) -> int:
     from judgekit.models import load_model_pair
 
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    build_rule(args)  # validate the rule's parameters before loading models
+    rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
-    rule = build_rule(args, pair)
-    # A judge reads the hidden-state layer it was trained on (recorded in its config; default the last).
-    layer = int(rule.judge.config.get("layer", -1)) if args.rule == "judge" else -1
-    decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling, hidden_layer=layer)
+    rule = bind_rule(rule, pair)
+    # The decoder reads the judge's layer and features from the judge's own config.
+    decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling)
     gens = decoder.generate(args.prompt, args.max_new_tokens, tuple(args.stop or ()), args.seed,
                             chat_template=not args.no_chat_template)
     if args.json:

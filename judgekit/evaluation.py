@@ -328,11 +328,17 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, min(phat, centre - half)), min(1.0, max(phat, centre + half))
 
 
+# Table order: collaborative rules, then each truncation rule followed by its matched baseline; rules not
+# listed (e.g. added later) follow in registry order.
+SUMMARY_ORDER = ("lossless", "lenience", "cos", "fuzzy", "judge", "speccascade", "minp", "typical", "eta")
+
+
 def summarize(records) -> list[dict]:
     """One row per sweep point (seeds pooled): quality with its Wilson interval over the records, block
     efficiency = emitted tokens / target calls summed over the records, tokens/s = tokens / decoding time.
 
-    Rows are ordered by temperature, block size, the rules' registry order, then parameters.
+    Rows are ordered by temperature, block size, rule (SUMMARY_ORDER: each truncation rule next to its
+    matched baseline), then parameters.
     """
     import json
 
@@ -355,7 +361,7 @@ def summarize(records) -> list[dict]:
         hist.extend([0] * (len(r["accept_hist"]) - len(hist)))
         for i, c in enumerate(r["accept_hist"]):
             hist[i] += c
-    order = {name: i for i, name in enumerate(RULES)}
+    order = {name: i for i, name in enumerate([*SUMMARY_ORDER, *RULES])}
     rows = []
     for g in groups.values():
         lo, hi = wilson(g["correct"], g["n"])

@@ -146,13 +146,17 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run(args) -> int:
+def run(args, pair=None, sweep_filter=None) -> int:
+    """The command. `pair` (already loaded, e.g. by `judgekit demo`) must match --target/--draft;
+    `sweep_filter` may edit the resolved sweeps (the demo drops the judge rule when no judge could be trained)."""
     from judgekit.commands.mine import distributed_env
     from judgekit.evaluation import EvalSettings, json_rows, run_eval, summarize, summary_markdown
     from judgekit.records import read_records
     from judgekit.tasks import get_task
 
     settings, sweeps = resolve(args)
+    if sweep_filter is not None:
+        sweeps = sweep_filter(sweeps)
     points = build_points(sweeps)
     task = get_task(settings["task"])
     problems = task.load(settings["split"], limit=settings["limit"], data_file=settings["data_file"])
@@ -179,7 +183,8 @@ def run(args) -> int:
     run_settings = EvalSettings(settings["task"], settings["target"], settings["draft"], settings["split"],
                                 settings["data_file"], settings["limit"], settings["max_new_tokens"],
                                 settings["top_k"], settings["top_p"], settings["chat_template"])
-    pair = load_model_pair(settings["target"], settings["draft"], device, settings["dtype"])
+    if pair is None:
+        pair = load_model_pair(settings["target"], settings["draft"], device, settings["dtype"])
     quiet = args.quiet
     log(f"rank {rank}/{world}: {len(points)} points x {len(problems)} problems -> {settings['out']}")
     counts = run_eval(pair, task, problems, points, run_settings, settings["out"], rank=rank, world_size=world,
@@ -203,6 +208,7 @@ def run(args) -> int:
     for path in write_outputs(out_dir, rows, settings["title"]):
         log(f"wrote {path}")
     print(json.dumps(json_rows(rows)) if args.json else summary_markdown(rows, settings["title"]))
+    args.summary_rows = rows  # for callers such as `judgekit demo`
     return 0
 
 

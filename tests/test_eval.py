@@ -271,3 +271,31 @@ def test_every_benchmark_loads_from_data_file(task, data, capsys):
     assert main(["eval", "--task", task, "--target", "t", "--draft", "d", "--rule", "lossless", "--out", "x",
                  "--data-file", str(FIX / data), "--dry-run"]) == 0
     assert capsys.readouterr().out.startswith(f"{task}: ")
+
+
+# --------------------------------------------------------------------------------------------------- demo
+
+
+def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
+    """The demo end to end on a tiny budget. A judge placed where `judgekit train` would write it stands in for
+    training (two mined problems are too few to train on: that refusal is reported and the demo goes on)."""
+    from judgekit.models import load_model_pair as load
+
+    out = tmp_path / "demo"
+    hidden = load("pocket-target", "pocket-draft", "cpu").target.config.hidden_size
+    save_judge(out / "judges" / "judge-9to1", hidden)
+    assert main(["demo", "--out", str(out), "--mine-problems", "2", "--problems", "2", "--tasks", "pocket-math",
+                 "--mixes", "9:1,1:9", "--max-new-tokens", "64", "--threads", "1", "--quiet"]) == 0
+    text = capsys.readouterr()
+    for stage in ("[1/3] mining", "[2/3] training", "[3/3] evaluating", "done in"):
+        assert stage in text.out
+    assert "the 1:9 judge was not trained" in text.out
+    rows = summarize(read_records(out / "eval" / "pocket-math"))
+    rules = {r["rule"] for r in rows}
+    assert rules == {"lossless", "lenience", "cos", "judge", "speccascade", "minp", "typical", "eta"}
+    assert {r["params"].get("threshold_name") for r in rows if r["rule"] == "judge"} == {"p20", "p50", "p80"}
+    assert {r["temperature"] for r in rows} == {0.0, 1.0}
+    assert "| judge judge-9to1 t=p50" in text.out
+    for name in ("summary.md", "be_quality.png", "truncation.png"):
+        assert (out / "eval" / "pocket-math" / name).exists()
+    assert (out / "mined" / "pocket-code" / "manifest.json").exists()

@@ -91,6 +91,15 @@ def resolve_threshold(judge, value: float | str) -> float:
     return float(saved[value])
 
 
+def _judge_digest(path: str) -> str:
+    import hashlib
+    from pathlib import Path
+
+    from judgekit.judge import WEIGHTS_NAME
+
+    return hashlib.sha1((Path(path) / WEIGHTS_NAME).read_bytes()).hexdigest()[:12]
+
+
 def _judge_config(path: str) -> dict:
     from judgekit.judge import load_judge
 
@@ -136,7 +145,7 @@ def point_label(rule: str, params: dict) -> str:
     for k, v in params.items():
         if k == "judge":
             parts.insert(0, Path(v).name)
-        elif k == "threshold_name":
+        elif k in ("threshold_name", "judge_sha"):
             continue
         elif k == "threshold" and "threshold_name" in params:
             parts.append(f"t={params['threshold_name']}({v:.3g})")
@@ -186,7 +195,8 @@ class Sweep:
 
     @staticmethod
     def _judge_params(path: str, combo: dict) -> dict:
-        params = {"judge": str(path)}
+        # The weights' digest is part of the point: a judge retrained in place is a new point, never resumed.
+        params = {"judge": str(path), "judge_sha": _judge_digest(path)}
         spec = combo.get("threshold", 0.5)
         value = resolve_threshold(_judge_config(path), spec)
         params["threshold"] = value
@@ -199,7 +209,7 @@ class Sweep:
         """Build the rule once (with a stand-in judge) so a bad parameter fails before any model loads."""
         from judgekit.rules import make_rule
 
-        p = {k: v for k, v in params.items() if k != "threshold_name"}
+        p = {k: v for k, v in params.items() if k not in ("threshold_name", "judge_sha")}
         if rule == "judge":
             p["judge"] = lambda h, t: h
         make_rule(rule, **p)
@@ -239,7 +249,7 @@ def _build_rule(point: EvalPoint, pair: ModelPair, judges: dict) -> Rule:
     from judgekit.judge import load_judge
     from judgekit.rules import make_rule
 
-    params = {k: v for k, v in point.params.items() if k != "threshold_name"}
+    params = {k: v for k, v in point.params.items() if k not in ("threshold_name", "judge_sha")}
     if point.rule == "judge":
         path = params["judge"]
         if path not in judges:

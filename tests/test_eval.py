@@ -135,6 +135,12 @@ def test_judge_points_percentile_thresholds_and_extremes(tmp_path, pair, capsys)
     assert all(by[0.0][p]["completion_ids"] == by["lossless"][p]["completion_ids"] for p in by["lossless"])
     # Threshold 1 keeps every drafted token: only a step that drafted short of gamma (the budget) is partial.
     assert all(sum(r["accept_hist"][:-1]) <= 1 for r in by[1.0].values())
+    # A judge retrained in place is a new point: its records are not taken for the old judge's.
+    save_judge(judge, pair.target.config.hidden_size, seed=1)
+    assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(judge), "--judge-threshold", "p40",
+                 "--limit", "3", "--out", str(out), "--quiet"]) == 0
+    assert read_records(out).num_rows == len(records) + 3
+    capsys.readouterr()
     assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(judge), "--judge-threshold", "p33",
                  "--out", str(tmp_path / "bad")]) == 2
     assert "p33" in capsys.readouterr().err

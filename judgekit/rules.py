@@ -4,7 +4,8 @@ A rule is an acceptance probability h(x) for a drafted token x plus a residual d
 rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one position (DESIGN.md §2).
 Every rule exposes three vectorised pieces, all over a block of k positions at once:
 
-* ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k];
+* ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k] (or, given x [k, m], h at m
+  tokens per row, shape [k, m]: :mod:`judgekit.analysis` asks for every token at once);
 * ``residual(p, q, ctx)`` -> r at each position, shape [k, V] (rows sum to 1);
 * ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
   equations (8, 10, 12, sec. 3.2 and appendices A, F) rather than from h and r, so that the tests can check
@@ -62,10 +63,15 @@ def _normalise(w: Tensor, fallback: Tensor) -> Tensor:
 
 def _ratio(a: Tensor, b: Tensor) -> Tensor:
     """a / b with b = 0 treated as an infinitely small denominator (a draft token always has q > 0)."""
-    return torch.where(b > 0, a / b.clamp_min(1e-30), torch.where(a > 0, torch.inf, torch.zeros_like(a)))
+    # Divide by b itself wherever b > 0 (clamping b to a floor would distort tiny but positive q's).
+    safe = torch.where(b > 0, b, torch.ones_like(b))
+    return torch.where(b > 0, a / safe, torch.where(a > 0, torch.inf, torch.zeros_like(a)))
 
 
 def _gather(t: Tensor, x: Tensor) -> Tensor:
+    """t at the tokens x: one token per row (x [k]) or a block of tokens per row (x [k, m], for analysis)."""
+    if x.ndim == t.ndim:
+        return t.gather(-1, x)
     return t.gather(-1, x.unsqueeze(-1)).squeeze(-1)
 
 
@@ -155,6 +161,73 @@ class CoS(Rule):
         return {"rule": self.name, "lam": self.lam}
 
 
+@dataclass
+class _CoSAblation(Rule):
+    """The paper's Table 1 ablations of lenience: CoS with one of lenience's two mechanisms grafted on.
+
+    Table 1 states each rule as a piecewise formula f for the generated distribution, region by region. Those
+    formulas do not sum to one in general (e.g. the under-region receives Delta_l * TV while the over-region
+    gives up lam * TV), and the paper does not say how its implementation restores the balance. We take the
+    reading that keeps every piece's shape: the verification target is nu' = f / sum_v f(v), verified like
+    CoS verifies against nu (h = min(1, nu'/q), residual norm((nu' - q)+)), so the induced distribution is
+    exactly nu'. Both reduce to lossless at lam = 1 (f = p there, Z = 1).
+    """
+
+    lam: float = 1.0
+
+    def __post_init__(self) -> None:
+        # p / lam appears in both formulas, so lam = 0 (pure draft) is not allowed here, unlike plain CoS.
+        if not 0.0 < self.lam <= 1.0:
+            raise JudgekitError(f"lambda must be in (0, 1], got {self.lam}")
+
+    def piecewise(self, p: Tensor, q: Tensor) -> Tensor:
+        """Table 1's unnormalised formula f."""
+        raise NotImplementedError
+
+    def _target(self, p, q):
+        return _normalise(self.piecewise(p, q), p)
+
+    def acceptance(self, p, q, x, ctx):
+        return _ratio(_gather(self._target(p, q), x), _gather(q, x)).clamp(max=1.0)
+
+    def residual(self, p, q, ctx):
+        return _normalise((self._target(p, q) - q).clamp_min(0), p)
+
+    def induced(self, p, q, ctx):
+        return self._target(p, q)
+
+    def describe(self):
+        return {"rule": self.name, "lam": self.lam}
+
+
+@dataclass
+class CoSAdaptive(_CoSAblation):
+    """Table 1, left: lenience's adaptive interpolation where q <= p, CoS's mixture where q > p.
+
+    f = q + Delta_l (p - q) for q <= p and lam p + (1 - lam) q for q > p, with Delta_l of eq. 10 at l = lam
+    (Delta_l = sum_v (q - p/l)+ / TV(p, q), the same quantity as eq. 10's absolute-value form).
+    """
+
+    name: ClassVar[str] = "cos-adaptive"
+
+    def piecewise(self, p, q):
+        tv = _tv(p, q)
+        delta = (q - p / self.lam).clamp_min(0).sum(-1) / tv.clamp_min(_EPS)
+        delta = torch.where(tv > _EPS, delta, torch.ones_like(delta)).unsqueeze(-1)
+        return torch.where(q <= p, q + delta * (p - q), self.lam * p + (1 - self.lam) * q)
+
+
+@dataclass
+class CoSCeiling(_CoSAblation):
+    """Table 1, right: CoS's mixture where q <= p / lam, lenience's overshoot ceiling p / lam above it."""
+
+    name: ClassVar[str] = "cos-ceiling"
+
+    def piecewise(self, p, q):
+        ceiling = p / self.lam
+        return torch.where(q <= ceiling, self.lam * p + (1 - self.lam) * q, ceiling)
+
+
 def divergence(p: Tensor, q: Tensor, kind: str) -> Tensor:
     """Per-row divergence D(p, q) used by fuzzy SD: KL(p || q), total variation, or Jensen-Shannon."""
     if kind == "tv":
@@ -189,7 +262,8 @@ class Fuzzy(Rule):
         return divergence(ps, qs, self.divergence) < self.threshold
 
     def acceptance(self, p, q, x, ctx):
-        return torch.where(self._gate(p, q, ctx), 1.0, super().acceptance(p, q, x, ctx))
+        gate = self._gate(p, q, ctx)
+        return torch.where(gate.unsqueeze(-1) if x.ndim == 2 else gate, 1.0, super().acceptance(p, q, x, ctx))
 
     def induced(self, p, q, ctx):
         return torch.where(self._gate(p, q, ctx).unsqueeze(-1), q, p)
@@ -224,7 +298,10 @@ class Judge(Rule):
 
     def acceptance(self, p, q, x, ctx):
         px, qx = _gather(p, x), _gather(q, x)
-        keep = self.verdict(ctx.hidden, x, ctx.draft_hidden).to(p.dtype)
+        if x.ndim == 2:  # a block of tokens per row (analysis): the verdicts come from ctx.judge_vocab
+            keep = _gather(ctx.judge_vocab, x).to(p.dtype)
+        else:
+            keep = self.verdict(ctx.hidden, x, ctx.draft_hidden).to(p.dtype)
         ratio = _ratio(px, qx).clamp(max=1.0)
         return torch.where(qx <= px, torch.ones_like(px), ratio + (1 - ratio) * keep)
 
@@ -267,6 +344,16 @@ class _Truncation(Rule):
         ps, _ = ctx.shapes(p, p)
         return self.allowed(ps)
 
+    def _truncated(self, p: Tensor, ctx: RuleContext) -> Tensor:
+        """p_A: the target restricted to the allowed set and renormalised (A always holds the argmax)."""
+        return _normalise(p * self._mask(p, ctx), p)
+
+    def bonus(self, p, ctx):
+        # The token after a fully accepted block is sampled, not verified, so it must come from p_A: drawing
+        # it from plain p would emit tokens outside A (against Definition 1) and make the truncation-based
+        # rules and their matched baselines differ in more than verification.
+        return self._truncated(p, ctx)
+
 
 class _TruncationVerify(_Truncation):
     """Truncation-based verification (sec. 3.2): accept x iff x is in A, A taken from the target.
@@ -275,7 +362,8 @@ class _TruncationVerify(_Truncation):
     renormalised, q_A; where q puts no mass on A, from the truncated target p_A. Then
     P(x) = q(x) 1[x in A] + (1 - Z_A(q)) q_A(x) = q(x) / Z_A(q) on A, 0 elsewhere — the paper's closed form —
     and P = p_A when Z_A(q) = 0 (which covers greedy: the draft's one-hot misses A, the target's argmax is
-    emitted). The bonus token after a full block is drawn from the plain target p.
+    emitted). The bonus token after a full block is drawn from p_A, like the matched baseline's, so no
+    emitted token ever falls outside A.
     """
 
     def acceptance(self, p, q, x, ctx):
@@ -283,20 +371,20 @@ class _TruncationVerify(_Truncation):
 
     def residual(self, p, q, ctx):
         mask = self._mask(p, ctx)
-        return _normalise(q * mask, _normalise(p * mask, p))
+        return _normalise(q * mask, self._truncated(p, ctx))
 
     def induced(self, p, q, ctx):
         mask = self._mask(p, ctx)
         zq = (q * mask).sum(-1, keepdim=True)
         q_a = q * mask / zq.clamp_min(_EPS)
-        return torch.where(zq > _EPS, q_a, _normalise(p * mask, p))
+        return torch.where(zq > _EPS, q_a, self._truncated(p, ctx))
 
 
 class _MatchedTruncation(_Truncation):
     """Matched baseline: truncation sampling of the target, verified losslessly against p_A (P = p_A)."""
 
     def _target(self, p, ctx):
-        return _normalise(p * self._mask(p, ctx), p)
+        return self._truncated(p, ctx)
 
     def acceptance(self, p, q, x, ctx):
         return _ratio(_gather(self._target(p, ctx), x), _gather(q, x)).clamp(max=1.0)
@@ -304,9 +392,6 @@ class _MatchedTruncation(_Truncation):
     def residual(self, p, q, ctx):
         target = self._target(p, ctx)
         return _normalise((target - q).clamp_min(0), target)
-
-    def bonus(self, p, ctx):
-        return self._target(p, ctx)
 
     def induced(self, p, q, ctx):
         return self._target(p, ctx)
@@ -369,6 +454,8 @@ RULES: dict[str, type[Rule]] = {
     "lossless": Lossless,
     "lenience": Lenience,
     "cos": CoS,
+    "cos-adaptive": CoSAdaptive,
+    "cos-ceiling": CoSCeiling,
     "fuzzy": Fuzzy,
     "judge": Judge,
     "speccascade": SpecCascade,

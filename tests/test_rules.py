@@ -4,6 +4,9 @@ The reference closed forms below are written independently of judgekit.rules, in
 from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 
 * eq. 8  (interpolation / CoS):     P = lam p + (1 - lam) q
+* Table 1 (ablations of lenience):  f = q + Delta_l (p - q) where q <= p, lam p + (1 - lam) q above
+                                    (cos-adaptive); f = lam p + (1 - lam) q where q <= p / lam, p / lam
+                                    above (cos-ceiling); P = f / sum f (the documented normalisation)
 * eq. 10 (lenience):                piecewise in q <= p, p < q <= p/l, q >= p/l, with Delta_l as in sec. 3.1
 * eq. 12 (judge, appendix F.1):     piecewise in q <= p, q > p & j = 0, q > p & j = 1, Delta_j = R_j / R
 * sec. 3.2 (truncation-based):      q / Z_Theta(q) on A_Theta, 0 off it (p_Theta when Z_Theta(q) = 0,
@@ -127,6 +130,20 @@ def ref_lenience(p, q, ell):  # eq. 10, Delta_l from sec. 3.1
         else:
             out[v] = p[v] / ell
     return out
+
+
+def ref_cos_adaptive(p, q, lam):  # Table 1, left column, normalised
+    tv = 0.5 * np.abs(q - p).sum()
+    # Delta_l of eq. 10 at l = lam, in the paper's own absolute-value form
+    delta = (0.5 * np.abs(q - p / lam).sum() + 0.5 - 0.5 / lam) / tv if tv > 0 else 1.0
+    f = np.array([q[v] + delta * (p[v] - q[v]) if q[v] <= p[v] else lam * p[v] + (1 - lam) * q[v]
+                  for v in range(len(p))])
+    return f / f.sum()
+
+
+def ref_cos_ceiling(p, q, lam):  # Table 1, right column, normalised
+    f = np.array([lam * p[v] + (1 - lam) * q[v] if q[v] <= p[v] / lam else p[v] / lam for v in range(len(p))])
+    return f / f.sum()
 
 
 def ref_judge(p, q, j):  # eq. 12, Delta_j = R_j / R (appendix F.1)
@@ -299,18 +316,78 @@ def test_reference_closed_forms_are_distributions():
             assert ref.min() >= -1e-12 and abs(ref.sum() - 1) < 1e-9
 
 
-def test_lossless_induced_is_p():
+def _all_tokens(rule, p, q, ctx):
+    """h(v) for every token v of every row: [k, V]."""
+    k, vocab = q.shape
+    return torch.stack([rule.acceptance(p, q, torch.full((k,), v), ctx) for v in range(vocab)], -1)
+
+
+def test_lossless_mechanism_yields_p():
+    """Leviathan et al.: h = min(1, p/q) and r = norm((p - q)+) (written here in numpy) give back p exactly;
+    the rule's own acceptance and residual must be those, and its closed form must be p."""
     rule = make_rule("lossless")
     for vocab, (p, q) in STACKED.items():
-        assert_rows_close(rule.induced(p, q, RuleContext()), [ref_lossless(a, b) for a, b in zip(p.numpy(), q.numpy())])
+        pn, qn = p.numpy(), q.numpy()
+        h = np.where(qn > 0, np.minimum(1.0, pn / np.where(qn > 0, qn, 1.0)), 1.0)
+        rest = np.clip(pn - qn, 0, None)
+        z = rest.sum(-1, keepdims=True)
+        r = np.where(z > 1e-12, rest / np.where(z > 1e-12, z, 1.0), pn)
+        got_h = _all_tokens(rule, p, q, RuleContext()).numpy()
+        np.testing.assert_allclose(np.where(qn > 0, got_h, 0), np.where(qn > 0, h, 0), atol=1e-12)
+        assert_rows_close(rule.residual(p, q, RuleContext()), r)
+        mech = qn * h + (1 - (qn * h).sum(-1, keepdims=True)) * r
+        np.testing.assert_allclose(mech, pn, atol=1e-9)
+        assert_rows_close(generic_induced(rule, p, q, RuleContext()), ref_lossless(pn, qn))
+        assert_rows_close(rule.induced(p, q, RuleContext()), mech)
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.25, 0.5, 0.9, 1.0])
 def test_cos_induced_matches_eq8(lam):
+    """Eq. 8 against what the rule's own acceptance and residual emit (generic_induced), and against the
+    appendix A.1 mechanism written out in numpy: h = min(1, nu/q), r = (nu - q)+ / sum (nu - q)+."""
     rule = make_rule("cos", lam=lam)
     for vocab, (p, q) in STACKED.items():
-        want = [ref_cos(a, b, lam) for a, b in zip(p.numpy(), q.numpy())]
+        pn, qn = p.numpy(), q.numpy()
+        want = np.array([ref_cos(a, b, lam) for a, b in zip(pn, qn)])
+        assert_rows_close(generic_induced(rule, p, q, RuleContext()), want)
         assert_rows_close(rule.induced(p, q, RuleContext()), want)
+        nu = lam * pn + (1 - lam) * qn
+        h = np.where(qn > 0, np.minimum(1.0, nu / np.where(qn > 0, qn, 1.0)), 0.0)
+        got_h = _all_tokens(rule, p, q, RuleContext()).numpy()
+        np.testing.assert_allclose(np.where(qn > 0, got_h, 0), h, atol=1e-12)
+        rest = np.clip(nu - qn, 0, None)
+        z = rest.sum(-1, keepdims=True)
+        has_rest = z[:, 0] > 1e-12
+        r = rest[has_rest] / z[has_rest]
+        assert_rows_close(rule.residual(p, q, RuleContext())[torch.as_tensor(has_rest)], r)
+
+
+@pytest.mark.parametrize("lam", [0.05, 0.25, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize("name,ref", [("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling)])
+def test_cos_ablations_match_table1(name, ref, lam):
+    """Table 1's two ablations: closed form and the rule's own mechanism (generic_induced) both equal the
+    normalised Table 1 formula; at lam = 1 both are lossless."""
+    rule = make_rule(name, lam=lam)
+    for vocab, (p, q) in STACKED.items():
+        want = [ref(a, b, lam) for a, b in zip(p.numpy(), q.numpy())]
+        assert_rows_close(rule.induced(p, q, RuleContext()), want)
+        assert_rows_close(generic_induced(rule, p, q, RuleContext()), want)
+        if lam == 1.0:
+            assert_rows_close(rule.induced(p, q, RuleContext()), p.numpy())
+
+
+def test_cos_ablations_differ_from_cos_and_lenience():
+    """On the random pairs the ablations are neither CoS nor lenience (else the ablation would be empty):
+    cos-adaptive differs from CoS only through Delta_l != lam, cos-ceiling only above p / lam."""
+    lam = 0.4
+    gaps = {"cos-adaptive": [], "cos-ceiling": []}
+    for p, q in PAIRS:
+        cos, len_ = ref_cos(p, q, lam), ref_lenience(p, q, lam)
+        for name, ref in (("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling)):
+            got = ref(p, q, lam)
+            gaps[name].append(min(0.5 * np.abs(got - cos).sum(), 0.5 * np.abs(got - len_).sum()))
+    for name, g in gaps.items():
+        assert np.median(g) > 0.01, (name, np.median(g))
 
 
 @pytest.mark.parametrize("ell", [0.05, 0.3, 0.5, 0.8, 1.0])
@@ -427,6 +504,10 @@ RULE_SPECS = [
     ("cos", {"lam": 0.0}),
     ("cos", {"lam": 0.4}),
     ("cos", {"lam": 1.0}),
+    ("cos-adaptive", {"lam": 0.3}),
+    ("cos-adaptive", {"lam": 0.8}),
+    ("cos-ceiling", {"lam": 0.3}),
+    ("cos-ceiling", {"lam": 0.8}),
     ("fuzzy", {"threshold": 0.3, "divergence": "kl"}),
     ("fuzzy", {"threshold": 0.2, "divergence": "tv"}),
     ("fuzzy", {"threshold": 0.05, "divergence": "js"}),
@@ -539,6 +620,8 @@ def mc_rule(name):
         "lossless": {},
         "lenience": {"lenience": 0.5},
         "cos": {"lam": 0.4},
+        "cos-adaptive": {"lam": 0.4},
+        "cos-ceiling": {"lam": 0.4},
         "fuzzy": {"threshold": 0.5, "divergence": "tv"},  # TV(p, q) = 0.45 < 0.5: gate open, P = q
         "speccascade": {"p_base": 0.3},
         "typical": {"epsilon": 0.05, "delta": 0.9},
@@ -549,7 +632,8 @@ def mc_rule(name):
     return make_rule(name, **params), RuleContext()
 
 
-MC_RULES = ["lossless", "lenience", "cos", "fuzzy", "judge", "speccascade", "typical", "minp", "eta"]
+MC_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "judge", "speccascade",
+            "typical", "minp", "eta"]
 
 
 def _mc_reference(name):
@@ -559,6 +643,8 @@ def _mc_reference(name):
         "lossless": ref_lossless(p, q),
         "lenience": ref_lenience(p, q, 0.5),
         "cos": ref_cos(p, q, 0.4),
+        "cos-adaptive": ref_cos_adaptive(p, q, 0.4),
+        "cos-ceiling": ref_cos_ceiling(p, q, 0.4),
         "fuzzy": ref_fuzzy(p, q, 0.5, "tv"),
         "judge": ref_judge(p, q, np.array([0, 1, 1, 0, 0, 1.0])),
         "speccascade": ref_truncation_verify(p, q, ref_minp_set(p, 0.3)),
@@ -574,6 +660,10 @@ def test_mc_position_makes_rules_differ():
     assert ref_minp_set(MC_P, 0.3).sum() == 4 and ref_eta_set(MC_P, 0.05, 0.9).sum() == 5
     distinct = {n for n in MC_RULES if 0.5 * np.abs(refs[n] - MC_P).sum() > 0.03}
     assert distinct == set(MC_RULES) - {"lossless"}
+    # the ablations are told apart from their parents at this position
+    for name in ("cos-adaptive", "cos-ceiling"):
+        for parent in ("cos", "lenience"):
+            assert 0.5 * np.abs(refs[name] - refs[parent]).sum() > 0.03, (name, parent)
 
 
 @pytest.mark.parametrize("name", MC_RULES)
@@ -602,7 +692,20 @@ def test_verify_block_truncation_zero_mass_case():
     assert stat < chi_bound and l1 < l1_bound
 
 
-@pytest.mark.parametrize("name,with_shape", [("lossless", False), ("minp", False), ("minp", True)])
+# (the property "never outside A" is checked for every truncation rule and both shapes further below; these
+# check the bonus token's whole distribution)
+BONUS_CASES = [("lossless", False), ("minp", False), ("minp", True), ("speccascade", True), ("typical", False)]
+
+
+def _bonus_reference(name):
+    if name == "lossless":
+        return MC_BONUS
+    if name in ("minp", "speccascade"):
+        return ref_truncated(MC_BONUS, ref_minp_set(MC_BONUS, 0.3))
+    return ref_truncated(MC_BONUS, ref_eta_set(MC_BONUS, 0.05, 0.9))
+
+
+@pytest.mark.parametrize("name,with_shape", BONUS_CASES)
 def test_verify_block_bonus_token(name, with_shape):
     """k = 1 with x certainly accepted (p[0] = q): the second emitted token follows rule.bonus(p[1:]).
 
@@ -617,10 +720,48 @@ def test_verify_block_bonus_token(name, with_shape):
     tokens, n_acc = emitted_tokens(rule, [first, MC_BONUS], first, ctx, 10_000, 4242, position=1)
     assert (n_acc == 1).all()
     bonus = rule.bonus(_t(MC_BONUS).unsqueeze(0), RuleContext())[0].numpy()
-    want = MC_BONUS if name == "lossless" else ref_truncated(MC_BONUS, ref_minp_set(MC_BONUS, 0.3))
+    want = _bonus_reference(name)
     np.testing.assert_allclose(bonus, want, atol=1e-12)
+    if name != "lossless":  # the bonus row's allowed set is a strict subset: tokens outside it never appear
+        assert (want == 0).any() and not np.isin(tokens, np.flatnonzero(want == 0)).any()
     stat, chi_bound, l1, l1_bound = gof(np.bincount(tokens, minlength=6), bonus)
     assert stat < chi_bound and l1 < l1_bound, (stat, chi_bound, l1, l1_bound)
+
+
+@pytest.mark.parametrize("with_shape", [False, True], ids=["no-shape", "p-shape"])
+@pytest.mark.parametrize("name,params", [("speccascade", {"p_base": 0.3}), ("typical", {"epsilon": 0.05, "delta": 0.9}),
+                                         ("minp", {"p_base": 0.3}), ("eta", {"epsilon": 0.05, "delta": 0.9})])
+def test_truncation_rules_never_emit_outside_allowed_set(name, params, with_shape):
+    """Definition 1: every emitted token (accepted drafts, residual samples and the bonus token after a full
+    block) lies in the allowed set A of its own position. k = 3 blocks with drafts x ~ q whose rows put
+    much mass outside A, many draws; the bonus path is taken often (checked) because q is concentrated on
+    tokens inside A at some rows."""
+    rule = make_rule(name, **params)
+    rng = np.random.default_rng(17)
+    k, vocab, draws = 3, 8, 3000
+    allowed_fn = (lambda r: ref_minp_set(r, params["p_base"])) if "p_base" in params else \
+        (lambda r: ref_eta_set(r, params["epsilon"], params["delta"]))
+    gen = torch.Generator().manual_seed(5)
+    bonus_seen = outside = excluded = 0
+    for _ in range(draws // 50):
+        p_rows = np.stack([_dirichlet(rng, vocab, 0.4) for _ in range(k + 1)])
+        sets = np.stack([allowed_fn(r) for r in p_rows])
+        # draft rows: 85 % inside A (so whole blocks get accepted), 15 % spread over the whole vocabulary
+        inside = sets[:k] / sets[:k].sum(-1, keepdims=True)
+        q_rows = 0.85 * inside + 0.15 / vocab
+        p, q = _t(p_rows), _t(q_rows)
+        ctx = RuleContext(p_shape=p) if with_shape else RuleContext()
+        for _ in range(50):
+            x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+            res = verify_block(rule, p, q, x, ctx, gen)
+            n = int(res.n_accepted)
+            emitted = [(i, int(x[i])) for i in range(n)] + [(n, int(res.next_token))]
+            outside += sum(not sets[i][t] for i, t in emitted)
+            bonus_seen += n == k
+        excluded += int((~sets).sum())
+    assert excluded > 0  # the allowed sets really exclude tokens
+    assert outside == 0
+    assert bonus_seen > 100
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -776,6 +917,10 @@ def _judge_fn(hidden, tokens):
         ("cos", {"lam": -0.1}),
         ("cos", {"lam": 1.1}),
         ("cos", {"lam": float("nan")}),
+        ("cos-adaptive", {"lam": 0.0}),
+        ("cos-adaptive", {"lam": 1.1}),
+        ("cos-ceiling", {"lam": 0.0}),
+        ("cos-ceiling", {"lam": float("nan")}),
         ("speccascade", {"p_base": 0.0}),
         ("speccascade", {"p_base": 1.0}),
         ("minp", {"p_base": -0.2}),
@@ -809,7 +954,29 @@ def test_invalid_parameters_raise(name, params):
     ],
 )
 def test_boundary_parameters_accepted(name, params):
-    assert isinstance(make_rule(name, **params), Rule)
+    """Each boundary value is accepted and behaves as its limit says (a rule that mishandled the boundary,
+    e.g. fuzzy gating on D <= T or a judge keeping tokens at P(important) = 0 < 0, would fail here)."""
+    rule = make_rule(name, **params)
+    assert isinstance(rule, Rule)
+    for vocab, (p, q) in STACKED.items():
+        ctx = RuleContext()
+        if name == "judge":
+            ctx = RuleContext(hidden=torch.zeros(p.shape[0], 2, dtype=DTYPE),
+                              judge_vocab=torch.zeros(p.shape[0], vocab, dtype=torch.bool))
+        got = generic_induced(rule, p, q, ctx)
+        pn, qn = p.numpy(), q.numpy()
+        if (name, params.get("lenience", params.get("lam"))) in {("lenience", 1.0), ("cos", 1.0)} or \
+                name in ("judge", "fuzzy"):
+            # l = 1 and lam = 1 are lossless; threshold 0: no judge score is < 0, no divergence is < 0
+            want = pn
+        elif name == "cos":  # lam = 0: every draft token is accepted, P = q
+            want = qn
+            assert (_all_tokens(rule, p, q, ctx).numpy()[qn > 0] == 1.0).all()
+        elif name == "lenience":  # l = 1e-3: eq. 10 with its tiny l
+            want = np.array([ref_lenience(a, b, 1e-3) for a, b in zip(pn, qn)])
+        else:  # minp p_base = 0.5: p restricted to tokens within half of the top probability
+            want = np.array([ref_truncated(a, ref_minp_set(a, 0.5)) for a in pn])
+        assert_rows_close(got, want)
 
 
 def test_divergence_validation_direct():
@@ -826,6 +993,8 @@ LEAD_RULES = [
     ("lossless", {}),
     ("lenience", {"lenience": 0.5}),
     ("cos", {"lam": 1.0}),  # with lam < 1 a rejection is never certain (nu >= (1 - lam) q)
+    ("cos-adaptive", {"lam": 1.0}),  # likewise: its over-region keeps (1 - lam) q
+    ("cos-ceiling", {"lam": 0.5}),  # a disjoint one-hot draft exceeds the ceiling p / lam = 0: rejected
     ("fuzzy", {"threshold": 0.1, "divergence": "kl"}),
     ("judge", {}),
     ("speccascade", {"p_base": 0.3}),

@@ -53,7 +53,8 @@ def add_rule_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g.add_argument("--rule", nargs="+" if sweep else None, default=None if sweep else "lossless",
                    help=f"one of: {', '.join(RULES)}" + (" (several for a comparison)" if sweep else ""))
     arg("--lenience", float, 0.5, help="lenience l in (0, 1] (rule lenience)")
-    arg("--lam", float, 0.5, help="interpolation lambda in [0, 1] (rule cos)")
+    arg("--lam", float, 0.5,
+        help="interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling")
     arg("--fuzzy-threshold", float, 0.5, help="divergence threshold T (rule fuzzy)")
     if sweep:
         arg("--divergence", str, "kl", help="D for rule fuzzy: kl, tv or js")

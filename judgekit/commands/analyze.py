@@ -1,0 +1,198 @@
+"""`judgekit analyze`: each rule's induced distribution, distortion and acceptance in closed form, and
+Lemma 1's gain/loss terms for min-p and eta (docs/design.md §2), on synthetic or model-read (p, q) pairs."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+from judgekit.errors import JudgekitError
+
+DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
+                 "typical", "eta"]
+
+
+def _floats(flag: str):
+    def parse(text: str) -> list[float]:
+        try:
+            values = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes a comma list of numbers, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{flag} is empty")
+        return values
+    return parse
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="closed-form analysis of the rules: induced distributions, TV/KL, "
+                                       "acceptance, Lemma 1 (Figure 5)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_argument_group("(p, q) pairs: a synthetic family (default) or a model pair on a task")
+    src.add_argument("--family", default="zipf", choices=["zipf", "dirichlet"], help="synthetic p family")
+    src.add_argument("--pairs", type=int, default=200, help="synthetic pairs per noise level")
+    src.add_argument("--vocab", type=int, default=200, help="synthetic vocabulary size")
+    src.add_argument("--noise", type=_floats("--noise"), default=[0.5, 1.0, 2.0],
+                     help="std of the Gaussian logit noise turning p into q (comma list: one family each)")
+    src.add_argument("--sharpness", type=float, default=1.0,
+                     help="q = softmax(sharpness * log p + noise): > 1 gives an over-confident draft")
+    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--target", help="target model (hub id, directory or pocket-target); with --draft, --task")
+    src.add_argument("--draft", help="draft model")
+    src.add_argument("--task", help="task whose target responses are read (e.g. pocket-math)")
+    src.add_argument("--limit", type=int, default=8, help="problems read (model pairs)")
+    src.add_argument("--split", default="test")
+    src.add_argument("--data-file", help="local JSONL/Parquet file of the task's problems")
+    src.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (0: one-hot rows)")
+    src.add_argument("--max-new-tokens", type=int, default=128)
+    src.add_argument("--device", default="auto")
+    src.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    rules = p.add_argument_group("rules and their parameters (comma lists sweep)")
+    rules.add_argument("--rule", nargs="+", default=DEFAULT_RULES, metavar="NAME", help="rules to analyse")
+    rules.add_argument("--lenience", type=_floats("--lenience"), default=[0.2, 0.5, 0.8])
+    rules.add_argument("--lam", type=_floats("--lam"), default=[0.2, 0.5, 0.8])
+    rules.add_argument("--fuzzy-threshold", type=_floats("--fuzzy-threshold"), default=[0.1, 0.5])
+    rules.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"])
+    rules.add_argument("--p-base", type=_floats("--p-base"), default=[0.1, 0.3])
+    rules.add_argument("--epsilon", type=_floats("--epsilon"), default=[0.0009, 0.009])
+    rules.add_argument("--delta", type=_floats("--delta"), default=[0.03])
+    lemma = p.add_argument_group("Lemma 1 sweep (min-p over p_base, eta over epsilon)")
+    lemma.add_argument("--sweep-p-base", type=_floats("--sweep-p-base"),
+                       default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    lemma.add_argument("--sweep-epsilon", type=_floats("--sweep-epsilon"),
+                       default=[0.0003, 0.0009, 0.003, 0.009, 0.03, 0.09])
+    lemma.add_argument("--sweep-delta", type=float,
+                       help="eta's delta in the sweep (default sqrt(epsilon), Hewitt et al.'s choice)")
+    p.add_argument("--out", help="directory for rules.csv, lemma1.csv, analysis.json and figure5.png")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.set_defaults(func=run)
+
+
+def _finite(value):
+    """JSON has no infinity: an infinite KL is written as null (its count is in kl_infinite)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(buf, fieldnames=keys)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: json.dumps(v, sort_keys=True) if isinstance(v, dict) else v for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4f}"
+        if isinstance(v, dict):
+            return ",".join(f"{k}={v[k]}" for k in v)
+        return str(v)
+    cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import torch
+
+    from judgekit import analysis
+
+    torch.set_num_threads(max(1, args.threads))
+    if any(d <= 0 for d in args.delta) or (args.sweep_delta is not None and args.sweep_delta <= 0):
+        raise JudgekitError("delta values must be > 0")
+    values = {"lenience": args.lenience, "lam": args.lam, "threshold": args.fuzzy_threshold,
+              "divergence": [args.divergence], "p_base": args.p_base, "epsilon": args.epsilon,
+              "delta": args.delta}
+    rules = analysis.rule_grid(args.rule, values)  # validates every parameter before any model is loaded
+    model_flags = [args.target, args.draft, args.task]
+    if any(model_flags):
+        if not all(model_flags):
+            raise JudgekitError("a model pair needs --target, --draft and --task together")
+        sources = [analysis.model_pairs(args.target, args.draft, args.task, args.limit, args.temperature,
+                                        args.max_new_tokens, args.device, args.dtype, args.split, args.data_file)]
+    else:
+        sources = [analysis.synthetic_pairs(args.family, args.pairs, args.vocab, noise, args.seed,
+                                            sharpness=args.sharpness)
+                   for noise in args.noise]
+    rule_rows, lemma_rows = [], []
+    for pairs in sources:
+        rule_rows += analysis.analyse(pairs, rules)
+        lemma_rows += analysis.lemma1_sweep(pairs, args.sweep_p_base, args.sweep_epsilon, args.sweep_delta)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_atomic(out / "rules.csv", _csv(rule_rows))
+        _write_atomic(out / "lemma1.csv", _csv(lemma_rows))
+        doc = {"sources": [{"source": s.source, **s.meta} for s in sources],
+               "rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
+               "lemma1": lemma_rows}
+        _write_atomic(out / "analysis.json", json.dumps(doc, indent=1))
+        plot_lemma1(lemma_rows, out / "figure5.png")
+    if args.json:
+        print(json.dumps({"rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
+                          "lemma1": lemma_rows}))
+        return 0
+    print(_table(rule_rows, ["source", "rule", "params", "reference", "n", "tv_pq", "tv", "kl", "kl_infinite",
+                             "acceptance"]))
+    print()
+    print(_table(lemma_rows, ["source", "truncation", "param", "value", "gain", "loss", "delta_be",
+                              "delta_acceptance"]))
+    if args.out:
+        print(f"\nwrote {args.out}/rules.csv, lemma1.csv, analysis.json, figure5.png")
+    return 0
+
+
+def plot_lemma1(rows: list[dict], path: Path) -> None:
+    """The paper's Figure 5: Lemma 1's gain, loss and net Delta BE against p_base (min-p) and epsilon (eta),
+    mean over the pairs with a 10-90 % band, one line style per source."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = ["-", "--", ":", "-."]
+    colours = {"gain": "tab:green", "loss": "tab:red", "delta_be": "tab:blue"}
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    for ax, truncation, xlabel in ((axes[0], "minp", "p_base (min-p)"), (axes[1], "eta", "epsilon (eta)")):
+        for s_i, source in enumerate(sources):
+            sel = sorted((r for r in rows if r["source"] == source and r["truncation"] == truncation),
+                         key=lambda r: r["value"])
+            if not sel:
+                continue
+            x = [r["value"] for r in sel]
+            for term, colour in colours.items():
+                label = f"{'ΔBE' if term == 'delta_be' else term} {source}"
+                ax.plot(x, [r[term] for r in sel], styles[s_i % len(styles)], color=colour, label=label,
+                        marker="o", ms=3)
+                ax.fill_between(x, [r[f"{term}_q10"] for r in sel], [r[f"{term}_q90"] for r in sel],
+                                color=colour, alpha=0.12, lw=0)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("change in acceptance probability")
+        if truncation == "eta":
+            ax.set_xscale("log")
+        ax.set_title(f"Lemma 1: {'min-p' if truncation == 'minp' else 'eta'} truncation")
+    axes[1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -340,7 +340,8 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 # Table order: collaborative rules, then each truncation rule followed by its matched baseline; rules not
 # listed (e.g. added later) follow in registry order.
-SUMMARY_ORDER = ("lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "judge", "speccascade", "minp", "typical", "eta")
+SUMMARY_ORDER = ("lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "judge", "speccascade",
+                 "minp", "typical", "eta")
 
 
 def summarize(records) -> list[dict]:

@@ -98,6 +98,7 @@ def test_resume_skips_finished_pairs_and_grows_with_limit(tmp_path, pair):
         run_eval(pair, task, task.load("test", limit=3), points, other, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_two_ranks_share_the_pairs_and_merge_to_the_single_process_result(tmp_path):
     args = [sys.executable, "-m", "judgekit", "eval", *POCKET, "--rule", "lossless", "speccascade",
             "--p-base", "0.2", "--limit", "2", "--quiet"]
@@ -282,6 +283,7 @@ def test_every_benchmark_loads_from_data_file(task, data, capsys):
 # --------------------------------------------------------------------------------------------------- demo
 
 
+@pytest.mark.slow
 def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
     """The demo end to end on a tiny budget. A judge placed where `judgekit train` would write it stands in for
     training (two mined problems are too few to train on: that refusal is reported and the demo goes on)."""
@@ -298,7 +300,8 @@ def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
     assert "the 1:9 judge was not trained" in text.out
     rows = summarize(read_records(out / "eval" / "pocket-math"))
     rules = {r["rule"] for r in rows}
-    assert rules == {"lossless", "lenience", "cos", "judge", "speccascade", "minp", "typical", "eta"}
+    assert rules == {"lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "judge", "speccascade", "minp",
+                     "typical", "eta"}
     assert {r["params"].get("threshold_name") for r in rows if r["rule"] == "judge"} == {"p20", "p50", "p80"}
     assert {r["temperature"] for r in rows} == {0.0, 1.0}
     assert "| judge judge-9to1 t=p50" in text.out

@@ -214,7 +214,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "eval", help="evaluate rules on a task: per-problem records, summary with 95% intervals, plots",
+        "eval", help="evaluate rules on a task: per-problem records, summary with 95%% intervals, plots",
         description="Speculative decoding of a task's problems for every point of a sweep (rules x parameter "
                     "lists x temperatures x block sizes x seeds); grades each completion, records it in "
                     "Parquet (resumable; sharded across ranks under torchrun), then writes summary.md, "

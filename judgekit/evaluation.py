@@ -61,7 +61,6 @@ def format_table(scores: list[RuleScore]) -> str:
 RULE_PARAM_KEYS = ("lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base", "epsilon",
                    "delta")
 _FIELD_KEY = {"threshold": {"fuzzy": "fuzzy_threshold", "judge": "judge_threshold"}}
-SAVED_THRESHOLDS = tuple(f"p{10 * i}" for i in range(1, 10)) + ("recall90", "recall95")
 
 
 def rule_param_fields(rule: str) -> list[str]:
@@ -195,11 +194,11 @@ class Sweep:
 
     @staticmethod
     def _judge_params(path: str, combo: dict) -> dict:
+        config = _judge_config(path)  # loads and checks the judge: a missing or corrupt one fails clearly here
         # The weights' digest is part of the point: a judge retrained in place is a new point, never resumed.
         params = {"judge": str(path), "judge_sha": _judge_digest(path)}
         spec = combo.get("threshold", 0.5)
-        value = resolve_threshold(_judge_config(path), spec)
-        params["threshold"] = value
+        params["threshold"] = resolve_threshold(config, spec)
         if isinstance(spec, str):
             params["threshold_name"] = spec
         return {**{k: v for k, v in combo.items() if k != "threshold"}, **params}

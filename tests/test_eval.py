@@ -308,3 +308,9 @@ def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
     for name in ("summary.md", "be_quality.png", "truncation.png"):
         assert (out / "eval" / "pocket-math" / name).exists()
     assert (out / "mined" / "pocket-code" / "manifest.json").exists()
+
+
+def test_missing_judge_directory_is_one_error_line(tmp_path, capsys):
+    assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
+                 "--dry-run"]) == 2
+    assert "is not a judge directory" in capsys.readouterr().err

@@ -36,8 +36,14 @@ def run(args) -> int:
     from judgekit.store import dir_stats
     from judgekit.tasks import get_task
 
-    if args.problems < 1 or args.mine_problems < 1:
-        raise JudgekitError("--problems and --mine-problems must be >= 1")
+    try:
+        counts = [int(x) for x in str(args.mine_problems).split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if len(counts) == 1:
+        counts *= len(MINED_TASKS)
+    if args.problems < 1 or len(counts) != len(MINED_TASKS) or min(counts) < 1:
+        raise JudgekitError("--problems must be >= 1 and --mine-problems one count >= 1 or MATH,CODE")
     mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     start = time.perf_counter()
@@ -53,15 +59,15 @@ def run(args) -> int:
     print(f"judgekit demo -> {out}  (pocket world: a trained target and a weaker draft, one tokenizer)")
     pair = load_model_pair("pocket-target", "pocket-draft", args.device, "auto")
 
-    stage(1, f"mining {args.mine_problems} training problems of each of {', '.join(MINED_TASKS)} "
-             "(semi-greedy counterfactual substitution)")
+    stage(1, "mining " + " and ".join(f"{n} {t}" for n, t in zip(counts, MINED_TASKS))
+          + " training problems (semi-greedy counterfactual substitution)")
     mined = []
-    for name in MINED_TASKS:
+    for name, count in zip(MINED_TASKS, counts):
         task = get_task(name)
         target_dir = out / "mined" / name
         t0 = time.perf_counter()
-        mine_to_dir(pair, task, task.load("train", limit=args.mine_problems), str(target_dir),
-                    MineConfig(max_new_tokens=args.max_new_tokens), split="train", limit=args.mine_problems,
+        mine_to_dir(pair, task, task.load("train", limit=count), str(target_dir),
+                    MineConfig(max_new_tokens=args.max_new_tokens), split="train", limit=count,
                     resume=True, flush_every=4, progress=False)
         s = dir_stats(target_dir)
         print(f"   {name}: {s['problems']} problems, {s['mismatches']} mismatches, {s['important']} important "
@@ -112,7 +118,9 @@ def register(sub) -> None:
                                    "Rerunning with the same --out resumes every stage.")
     p.add_argument("--out", help="output directory (default: a new temporary directory)")
     p.add_argument("--problems", type=int, default=30, help="held-out problems per task to evaluate")
-    p.add_argument("--mine-problems", type=int, default=24, help="training problems to mine per task")
+    p.add_argument("--mine-problems", default="48,24",
+                   help="training problems to mine: MATH,CODE (pocket-code rollouts run tests, so cost more) or "
+                        "one count for both")
     p.add_argument("--mixes", default="9:1,1:9", help="math:code mixes to train judges on, comma-separated")
     p.add_argument("--tasks", default="pocket-math,pocket-code", help="tasks to evaluate, comma-separated")
     p.add_argument("--max-new-tokens", type=int, default=160)

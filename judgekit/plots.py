@@ -47,6 +47,10 @@ def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "") -> Path:
     if not panels:
         raise JudgekitError("nothing to plot: no summary rows")
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.8), squeeze=False)
+    # One colour per curve across all panels, so a rule looks the same greedy and sampled.
+    names = list(dict.fromkeys(curve_name(r) for r in rows if r["rule"] != "lossless"))
+    palette = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
+    colour = {n: palette(i % palette.N) for i, n in enumerate(names)}
     for ax, (temp, gamma) in zip(axes[0], panels):
         sub = [r for r in rows if (r["temperature"], r["block_size"]) == (temp, gamma)]
         curves: dict[str, list[dict]] = {}
@@ -62,7 +66,8 @@ def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "") -> Path:
                 ax.errorbar(x, y, yerr=err, fmt="*", markersize=14, color="black", capsize=3, label=name,
                             zorder=5)
             else:
-                ax.errorbar(x, y, yerr=err, fmt="-o", markersize=4, capsize=3, label=name, alpha=0.85)
+                ax.errorbar(x, y, yerr=err, fmt="-o", markersize=4, capsize=3, label=name, alpha=0.85,
+                            color=colour[name])
         ax.set_xlabel("block efficiency (tokens per target call)")
         ax.set_ylabel("quality (% correct, 95 % CI)")
         mode = "greedy" if temp == 0 else f"T={temp:g}"

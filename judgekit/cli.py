@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import re
 import sys
@@ -62,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("judgekit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`judgekit ... | head`): stop quietly like other Unix tools (exit 128 + SIGPIPE),
+        # and point stdout at /dev/null so the interpreter's final flush does not print a second error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Semi-greedy counterfactual mining (AutoJudge, DESIGN.md §3), made fast.
+"""Semi-greedy counterfactual mining (AutoJudge, docs/design.md §3), made fast.
 
 Per problem, with greedy decoding: the target answers (response R); the draft is teacher-forced over R; at
 the leftmost mismatch m at or after the left border the draft token is substituted and the target
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import numpy as np
 
@@ -141,6 +141,16 @@ class _Feed:
     hidden_layers: tuple[int, ...] = ()
 
 
+@dataclass
+class _Slot:
+    """A problem being mined: its coroutine, its models' row caches, its pending request, its scoring job."""
+
+    steps: Generator
+    caches: dict[str, RowCache]
+    request: _Feed | _Score
+    scoring: Future | None = None
+
+
 class Miner:
     """Mines problems with a target/draft pair on a task (greedy).
 
@@ -158,8 +168,6 @@ class Miner:
         self.batch_size = batch_size
         self.eos = eos_ids(pair)
         self.tokenizer = pair.tokenizer
-        # Outcomes of different problems are scored concurrently (code tests are subprocesses).
-        self._pool = ThreadPoolExecutor(max_workers=batch_size)
 
     # -- outcomes -------------------------------------------------------------------------------------------
     def _text(self, completion: list[int]) -> str:
@@ -193,49 +201,53 @@ class Miner:
 
         Each step runs the pending forwards of all problems as one batched forward per model and kind;
         scoring requests go to a thread pool and overlap with the forwards (code tests are subprocesses).
+        The pool lives as long as this generator: exhausting or closing it shuts the pool down.
         """
-        pending = iter(problems)
-        active: list[list] = []  # [coroutine, its row caches, its current request, its scoring future]
+        with ThreadPoolExecutor(max_workers=self.batch_size, thread_name_prefix="judgekit-score") as pool:
+            yield from self._run(iter(problems), pool)
+
+    def _run(self, pending: Iterator[Problem], pool: ThreadPoolExecutor) -> Iterator[ProblemResult]:
+        active: list[_Slot] = []
 
         def start_next() -> bool:
             problem = next(pending, None)
             if problem is None:
                 return False
             co = self._mine_steps(problem)
-            active.append([co, {"target": RowCache(), "draft": RowCache()}, next(co), None])
+            active.append(_Slot(co, {"target": RowCache(), "draft": RowCache()}, next(co)))
             return True
 
         while len(active) < self.batch_size and start_next():
             pass
         while active:
             replies: dict[int, Any] = {}
-            for i, slot in enumerate(active):
-                if isinstance(slot[2], _Score) and slot[3] is None:
-                    req = slot[2]
-                    slot[3] = self._pool.submit(self.task.extract_outcome, req.problem, req.text)
+            for slot in active:
+                if isinstance(slot.request, _Score) and slot.scoring is None:
+                    req = slot.request
+                    slot.scoring = pool.submit(self.task.extract_outcome, req.problem, req.text)
             for name in ("target", "draft"):
                 for group in self._groups(active, name):
                     idx = [i for i, _ in group]
                     reqs = [r for _, r in group]
                     model = self.pair.target if name == "target" else self.pair.draft
-                    out = feed(model, [active[i][1][name] for i in idx], [r.seq for r in reqs],
+                    out = feed(model, [active[i].caches[name] for i in idx], [r.seq for r in reqs],
                                self.pair.vocab_size, all_positions=reqs[0].all_positions,
                                hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
                     replies.update(zip(idx, out))
-            futures = [slot[3] for slot in active if slot[3] is not None]
+            futures = [slot.scoring for slot in active if slot.scoring is not None]
             if futures and not replies:  # nothing else to do: wait for a score
                 wait(futures, return_when=FIRST_COMPLETED)
             for i, slot in enumerate(active):
-                if slot[3] is not None and slot[3].done():
-                    replies[i] = slot[3].result()
-                    slot[3] = None
+                if slot.scoring is not None and slot.scoring.done():
+                    replies[i] = slot.scoring.result()
+                    slot.scoring = None
             still = []
             for i, slot in enumerate(active):
                 if i not in replies:
                     still.append(slot)
                     continue
                 try:
-                    slot[2] = slot[0].send(replies[i])
+                    slot.request = slot.steps.send(replies[i])
                     still.append(slot)
                 except StopIteration as done:
                     yield done.value
@@ -244,10 +256,11 @@ class Miner:
                 pass
 
     @staticmethod
-    def _groups(active, name: str):
+    def _groups(active: list[_Slot], name: str):
         """Requests for one model, split by kind (teacher forcing vs generation) so each runs as one forward."""
         kinds: dict[bool, list] = {}
-        for i, (_, _, req, _) in enumerate(active):
+        for i, slot in enumerate(active):
+            req = slot.request
             if isinstance(req, _Feed) and req.model == name:
                 kinds.setdefault(req.all_positions, []).append((i, req))
         return list(kinds.values())
@@ -329,16 +342,19 @@ class Miner:
 def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: str, cfg: MineConfig, *,
                 split: str, data_file: str | None = None, limit: int | None = None, rank: int = 0,
                 world_size: int = 1, resume: bool = False, flush_every: int = 4, progress: bool = True,
-                batch_size: int = 1) -> dict:
+                batch_size: int = 1, compact: bool = True, started: float | None = None) -> dict:
     """Mine this rank's share of problems into out_dir, skipping those already committed by any rank.
 
     Results are committed every ``flush_every`` problems (mismatch shard, then problem shard as the commit
     marker), so a run killed at any moment and resumed yields exactly the records of an uninterrupted run.
+    With ``compact``, the rank that finishes last compacts the directory (:mod:`judgekit.store_compact`).
+    ``started``: ``time.monotonic()`` when the command started, so the recorded wall time covers model loading.
     """
     from tqdm.auto import tqdm
 
     from judgekit.errors import JudgekitError
-    from judgekit.store import RunSettings, ShardWriter
+    from judgekit.store import DirectoryBusy, RunSettings, ShardWriter, check_compatible, read_problems
+    from judgekit.store_compact import compact_dir
 
     ids = [p.problem_id for p in problems]
     if len(set(ids)) != len(ids):
@@ -349,35 +365,41 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
         hidden_size=int(pair.target.config.hidden_size),
         draft_hidden_size=int(pair.draft.config.hidden_size) if cfg.draft_features else None, limit=limit,
     )
-    writer = ShardWriter(out_dir, settings, rank=rank, world_size=world_size)
-    done = writer.done_problem_ids()
+    # Every refusal happens before anything is written: a refused command leaves the directory as it was.
     # Single process: refuse to continue silently. Under a launcher, ranks start at different moments and a
     # late rank may see its peers' first shards, so there the settings check of the manifest is the guard.
-    if done and not resume and world_size == 1:
+    if check_compatible(out_dir, settings) and not resume and world_size == 1 and \
+            read_problems(out_dir, columns=["problem_id"]).num_rows:
         raise JudgekitError(f"{out_dir} already holds a mining run; pass --resume to continue it or choose another --out")
-    mine = [p for i, p in enumerate(problems) if i % world_size == rank and p.problem_id not in done]
-    skipped = sum(1 for i, p in enumerate(problems) if i % world_size == rank) - len(mine)
-    miner = Miner(pair, task, cfg, batch_size=batch_size)
-    pending: list[ProblemResult] = []
-    totals = {"mined": 0, "skipped": skipped, "mismatches": 0, "important": 0}
+    totals = {"mined": 0, "skipped": 0, "mismatches": 0, "important": 0, "compaction": None}
+    with ShardWriter(out_dir, settings, rank=rank, world_size=world_size, started=started) as writer:
+        done = writer.done_problem_ids()
+        mine = [p for i, p in enumerate(problems) if i % world_size == rank and p.problem_id not in done]
+        totals["skipped"] = sum(1 for i, p in enumerate(problems) if i % world_size == rank) - len(mine)
+        pending: list[ProblemResult] = []
 
-    def flush() -> None:
-        if pending:
-            writer.write([row for r in pending for row in r.mismatch_rows(cfg.layers)],
-                         [r.problem_row(rank) for r in pending])
-            pending.clear()
+        def flush() -> None:
+            if pending:
+                writer.write([row for r in pending for row in r.mismatch_rows(cfg.layers)],
+                             [r.problem_row(rank) for r in pending])
+                pending.clear()
 
-    bar = tqdm(total=len(mine), desc=f"mine {task.name} r{rank}", unit="problem", disable=not progress,
-               dynamic_ncols=True)
-    for result in miner.mine_many(mine):
-        bar.update(1)
-        pending.append(result)
-        totals["mined"] += 1
-        totals["mismatches"] += len(result.records)
-        totals["important"] += sum(r.important for r in result.records)
-        bar.set_postfix(mismatches=totals["mismatches"], important=totals["important"])
-        if len(pending) >= flush_every:
-            flush()
-    flush()
-    bar.close()
+        bar = tqdm(total=len(mine), desc=f"mine {task.name} r{rank}", unit="problem", disable=not progress,
+                   dynamic_ncols=True)
+        for result in Miner(pair, task, cfg, batch_size=batch_size).mine_many(mine):
+            bar.update(1)
+            pending.append(result)
+            totals["mined"] += 1
+            totals["mismatches"] += len(result.records)
+            totals["important"] += sum(r.important for r in result.records)
+            bar.set_postfix(mismatches=totals["mismatches"], important=totals["important"])
+            if len(pending) >= flush_every:
+                flush()
+        flush()
+        bar.close()
+    if compact:
+        try:
+            totals["compaction"] = compact_dir(out_dir, in_run=True)
+        except DirectoryBusy:
+            totals["compaction"] = "other ranks are still writing; the last one to finish compacts"
     return totals

@@ -17,12 +17,10 @@ from typing import Any
 import torch
 
 from judgekit.errors import JudgekitError
+from judgekit.pocket import ALIASES as POCKET_MODELS
+from judgekit.pocket import pocket_model_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-POCKET_ALIASES = {
-    "pocket-target": REPO_ROOT / "data" / "pocket" / "target",
-    "pocket-draft": REPO_ROOT / "data" / "pocket" / "draft",
-}
+POCKET_ALIASES = {alias: pocket_model_path(alias) for alias in POCKET_MODELS}  # checkout or installed copy
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32}
 
@@ -169,12 +167,11 @@ def _cache_arg_of(cls: type) -> str:
 
 
 def format_prompt(tokenizer, text: str, chat_template: bool = True) -> str:
-    """Wrap a user message in the tokenizer's chat template when it has one (and it is wanted)."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
-    return text
+    """Wrap a user message in the tokenizer's chat template when it has one (and it is wanted); the one
+    renderer is `judgekit.tasks.common.render_prompt` (tasks and the decoder must format alike)."""
+    from judgekit.tasks.common import render_prompt
+
+    return render_prompt(text, tokenizer, chat_template)
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:

@@ -8,8 +8,9 @@ Every rule exposes three vectorised pieces, all over a block of k positions at o
   tokens per row, shape [k, m]: :mod:`judgekit.analysis` asks for every token at once);
 * ``residual(p, q, ctx)`` -> r at each position, shape [k, V] (rows sum to 1);
 * ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
-  equations (8, 10, 12, sec. 3.2 and appendices A, F) rather than from h and r, so that the tests can check
-  the closed form against the generic formula and against Monte Carlo samples of :func:`verify_block`.
+  equations (8, 10, 12, sec. 3.2, Table 1 and appendices A, F) rather than from h and r, so that the tests
+  can check the closed form against the generic formula and against Monte Carlo samples of
+  :func:`verify_block`.
 
 ``p`` and ``q`` are the target and draft distributions after the same sampling transform (temperature,
 top-k/top-p). Greedy decoding is the limit where both are one-hot (DESIGN.md §2); rules whose decision

@@ -29,9 +29,23 @@ and what happens where the OS refuses one:
 7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
+8. **Confined filesystem** ("fs", in a private mount namespace "mntns"; as root, or for an ordinary user
+   inside the user namespace of layer 2 where the kernel allows unprivileged user namespaces): the
+   program runs in a new root (`pivot_root`) that holds only read-only, nosuid binds of the system
+   directories (`/usr`, `/etc`, `/lib*`, `/bin`, `/sbin`) and of the interpreter's prefixes and
+   site-packages, a few device nodes, and a `/proc` of its own PID namespace. The caller's home, working
+   directories, projects and data are simply not there. `/tmp`, `/var/tmp`, `/dev/shm` and the working
+   directory (`/tmp/judgekit-sbx-*`) all live on one fresh tmpfs of `SandboxLimits.disk_mb` MiB (and a
+   bounded number of inodes), so everything a program writes together is bounded, never reaches the
+   host's disk and vanishes with the run; using it up is reported as "file_size". When this layer is
+   refused (no mount namespace, no `pivot_root`) the result's `isolation` lacks "fs", a warning
+   says so once, and programs can read world-readable files and write to world-writable places (within
+   the file-size limit), as before.
 
-Not covered: the filesystem is not remounted, so world-readable files stay readable and a program can write
-to world-writable places (e.g. `/dev/shm`) within the file-size limit. Use a container for stronger needs.
+Not covered: `/etc` is visible (read-only; world-readable configuration such as `/etc/passwd`), and so are
+the interpreter's installed packages. The tmpfs is RAM: `disk_mb` per concurrent run comes out of the
+machine's memory, outside `RLIMIT_AS`. No seccomp filter and no cgroup: kernel attack surface and memory
+pressure from many parallel runs are not limited further. Use a container or VM for stronger needs.
 """
 
 from __future__ import annotations
@@ -67,6 +81,7 @@ class SandboxLimits:
     file_size_mb: int = 64
     max_processes: int = 32
     network: bool = False
+    disk_mb: int = 128  # all writable space together: working directory, /tmp, /var/tmp, /dev/shm (RAM-backed)
     max_output_bytes: int = 1_000_000  # captured stdout/stderr are cut to this size each
 
     def effective_cpu_s(self) -> int:
@@ -142,16 +157,85 @@ def reveal(paths, tops, stage_dir):
     for p, st in zip(paths, stages):
         os.makedirs(p, 0o755, exist_ok=True)
         mount(st, p, None, MS_BIND | MS_REC, None)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MNT_DETACH = 1, 2, 4, 8, 32, 2
+KEEP = ((1, 1), (2, 2), (4, 4), (8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21))  # statvfs ST_* -> MS_*
+def bind_ro(src, dst):
+    mount(src, dst, None, MS_BIND, None)
+    keep = 0
+    for st, ms in KEEP:  # flags the source mount already has must be kept on remount
+        if os.statvfs(src).f_flag & st:
+            keep |= ms
+    mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | keep, None)
+def build_root(fs, suid):
+    """A new root in the private mount namespace (not yet entered): an empty tmpfs holding read-only binds of
+    the system and interpreter directories, and one size-bounded tmpfs shared by /tmp, /var/tmp, /dev/shm
+    and the working directory. Everything else of the host (homes, projects, data) simply is not there."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    new, rw = os.path.join(cfg["stage_dir"], "root"), os.path.join(cfg["stage_dir"], "rw")
+    os.mkdir(new, 0o755)
+    os.mkdir(rw, 0o700)
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m,nr_inodes=1024")
+    mount("tmpfs", rw, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=%dk,nr_inodes=%d" % (fs["disk_kb"], fs["inodes"]))
+    for sub, target in (("tmp", "/tmp"), ("var_tmp", "/var/tmp"), ("shm", "/dev/shm")):
+        os.mkdir(os.path.join(rw, sub))
+        os.chmod(os.path.join(rw, sub), 0o1777)
+        os.makedirs(new + target, 0o755, exist_ok=True)
+        mount(os.path.join(rw, sub), new + target, None, MS_BIND, None)
+    for kind, path, target in fs["plan"]:
+        if kind == "link":
+            os.makedirs(os.path.dirname(new + path), 0o755, exist_ok=True)
+            os.symlink(target, new + path)
+        else:
+            os.makedirs(new + path, 0o755, exist_ok=True)
+            bind_ro(path, new + path)
+    for name in ("null", "zero", "full", "random", "urandom"):
+        open(new + "/dev/" + name, "w").close()
+        mount("/dev/" + name, new + "/dev/" + name, None, MS_BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, new + "/dev/" + name)
+    os.mkdir(new + "/proc", 0o555)
+    work = "/tmp/" + os.path.basename(cfg["workdir"])
+    os.mkdir(new + work, 0o700)
+    with open(cfg["script"], "rb") as src, open(new + work + "/main.py", "wb") as dst:
+        dst.write(src.read())
+    if suid is not None:
+        os.chown(new + work, suid, suid)
+    return new, work
+OLD_ROOT = "/.old-root"
+def enter_root(new, pidns):
+    if not pidns:  # no fresh /proc can be mounted for the program's namespace: show the host's
+        mount("/proc", new + "/proc", None, MS_BIND | MS_REC, None)
+    os.mkdir(new + OLD_ROOT, 0o700)
+    if libc.syscall(cfg["pivot_root_nr"], new.encode(), (new + OLD_ROOT).encode()) != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root")
+    os.chdir("/")
+def finish_root():
+    """Drop the old root and make the new one read-only. Called after the fresh /proc is mounted: inside a
+    user namespace the kernel allows a new proc mount only while another proc mount is visible."""
+    if libc.umount2(OLD_ROOT.encode(), MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount old root")
+    os.rmdir(OLD_ROOT)
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 want_net = not cfg["network"]
 notes = []
 suid = cfg["uid"] if root else None
 mntns = False
-if root and cfg["reveal"]:
+newroot = None
+if root and cfg["fs"]:
     try:
         if libc.unshare(NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
-        reveal(cfg["reveal"], cfg["reveal_tops"], cfg["stage_dir"])
         mntns = True
+        newroot, inner_work = build_root(cfg["fs"], suid)
+    except OSError as e:
+        notes.append("cannot confine the filesystem (%s)" % e)
+if root and cfg["reveal"] and newroot is None:
+    try:
+        if not mntns and libc.unshare(NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+        mntns = True
+        reveal(cfg["reveal"], cfg["reveal_tops"], cfg["stage_dir"])
     except OSError as e:
         notes.append("cannot expose the interpreter to another uid (%s); running as root" % e)
         suid = None
@@ -159,6 +243,8 @@ if root:
     tries = [(NEWPID | NEWNET, ["pidns", "netns"]), (NEWPID, ["pidns"]), (NEWNET, ["netns"])]
 else:
     tries = [(NEWUSER | NEWPID | NEWNET, ["userns", "pidns", "netns"]), (NEWUSER | NEWPID, ["userns", "pidns"])]
+    if cfg["fs"]:  # a user namespace also allows a private mount namespace and so the confined filesystem
+        tries = [(flags | NEWNS, names) for flags, names in tries] + tries
 layers = ["session"]
 for flags, names in tries:
     if not want_net:
@@ -166,10 +252,28 @@ for flags, names in tries:
         names = [n for n in names if n != "netns"]
     if flags and unshare(flags):
         layers += names
+        if flags & NEWNS:
+            mntns = True
+            try:
+                newroot, inner_work = build_root(cfg["fs"], None)
+            except OSError as e:
+                notes.append("cannot confine the filesystem (%s)" % e)
         break
 pidns = "pidns" in layers
+if newroot is not None:
+    try:
+        enter_root(newroot, pidns)
+        if not pidns:
+            finish_root()
+    except OSError as e:  # half-way through the switch: no safe way to go on
+        report(layers=layers, notes=["cannot enter the confined filesystem (%s)" % e])
+        os._exit(1)
+    cfg["workdir"], cfg["script"] = inner_work, inner_work + "/main.py"
+    cfg["env"]["HOME"] = cfg["env"]["TMPDIR"] = inner_work
 if mntns:
     layers.append("mntns")
+if newroot is not None:
+    layers.append("fs")
 if suid is not None:
     layers.append("uid")
 layers.append("rlimits")
@@ -192,6 +296,16 @@ def run_program():
     os.execve(cfg["python"], [cfg["python"], "-B", cfg["script"]], cfg["env"])
 def shim():
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    if newroot is not None and pidns:  # a /proc that shows only this namespace's processes
+        try:
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        except OSError:
+            pass  # the program then runs without /proc (Python does not need it)
+        try:
+            finish_root()
+        except OSError as e:
+            os.write(2, ("sandbox: could not start program: %r\n" % (e,)).encode())
+            os._exit(127)
     child = os.fork()
     if child == 0:
         try:
@@ -233,6 +347,10 @@ except Expired:
             timed_out = False
 signal.signal(signal.SIGALRM, signal.SIG_IGN)
 wall = time.monotonic() - start
+disk_full = False
+if newroot is not None:  # did the program use up the writable space (blocks or inodes)?
+    vfs = os.statvfs("/tmp")
+    disk_full = vfs.f_bavail * vfs.f_frsize < 8192 or vfs.f_favail == 0
 if suid is not None and not pidns:  # kill every process left under the sandbox uid (escaped the group, no pid namespace)
     for _ in range(50):
         k = os.fork()
@@ -248,10 +366,11 @@ if suid is not None and not pidns:  # kill every process left under the sandbox 
         _, st = os.waitpid(k, 0)
         if os.waitstatus_to_exitcode(st) != 1:
             break
-report(timed_out=timed_out, wall=wall)
+report(timed_out=timed_out, wall=wall, disk_full=disk_full)
 '''
 
 _warned: set[str] = set()
+_CONFINE_FS = True  # the filesystem layer; switched off only by tests and the benchmark (before/after)
 _UID_BASE = 1_800_000_000  # far above any real account; one random uid per run
 
 
@@ -285,6 +404,66 @@ def _reveal_plan() -> tuple[list[str], list[str]]:
     tops = sorted({hidden[p] for p in paths})
     tops = [t for t in tops if not any(t != u and t.startswith(u + "/") for u in tops)]
     return paths, tops
+
+
+# Directories every program may need, shown read-only in the confined filesystem (when they exist).
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_PRIVATE_PLACES = ("/tmp", "/var/tmp", "/dev/shm")  # fresh per run, inside the writable tmpfs
+_PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41, "arm64": 41}  # glibc has no pivot_root() wrapper
+
+
+def _interpreter_dirs() -> list[str]:
+    """What the interpreter and its installed libraries need: its prefixes and site-packages. Deliberately
+    not the rest of `sys.path` (the caller's working directory, editable checkouts of projects)."""
+    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)]
+    try:
+        import site
+
+        dirs += site.getsitepackages()
+    except AttributeError:  # an old virtualenv's site.py
+        pass
+    return [d for d in dirs if d and os.path.isdir(d)]
+
+
+def _expose(path: str, links: dict[str, str], binds: set[str]) -> None:
+    """Add what makes `path` reachable at the same name: every symlink met on the way (recreated as is)
+    and the real directory at the end (bound read-only)."""
+    cur = ""
+    parts = [p for p in os.path.normpath(path).split("/") if p]
+    for i, part in enumerate(parts):
+        cur += "/" + part
+        if os.path.islink(cur):
+            target = os.readlink(cur)
+            if cur in links or len(links) > 64:  # already followed (or a link loop)
+                return
+            links[cur] = target
+            rest = "/".join(parts[i + 1:])
+            _expose(os.path.join(os.path.dirname(cur), target, rest), links, binds)
+            return
+    binds.add(cur or "/")
+
+
+@functools.lru_cache(maxsize=1)
+def _fs_plan() -> list[tuple[str, str, str]] | None:
+    """[(kind, path, target)]: the symlinks to recreate and the directories to bind read-only in the new
+    root, computed once per process. None when this machine cannot pivot into a new root."""
+    if os.uname().machine not in _PIVOT_ROOT_NR:
+        return None
+    links: dict[str, str] = {}
+    binds: set[str] = set()
+    for d in list(_SYSTEM_DIRS) + _interpreter_dirs():
+        if os.path.lexists(d):
+            _expose(d, links, binds)
+    if "/" in binds:  # an interpreter installed at / itself: cannot hide anything
+        return None
+    binds = {b for b in binds if not any(b.startswith(q + "/") for q in binds)}
+    covered = lambda p: any(p.startswith(b + "/") for b in binds)  # noqa: E731  (inside a bound dir already)
+    plan = [("link", p, t) for p, t in links.items() if not covered(p)]
+    plan += [("bind", b, "") for b in binds]
+    if any(p in _PRIVATE_PLACES for _, p, _ in plan):  # would replace a private place (an interpreter in /tmp
+        return None                                       # itself is fine: bound inside the fresh /tmp)
+    return sorted(plan, key=lambda a: (a[1].count("/"), a[1]))
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -325,13 +504,18 @@ def _read_capped(path: str, cap: int) -> tuple[str, str, bool]:
 
 _MEMORY_RE = re.compile(r"^(MemoryError\b|.*Cannot allocate memory|.*std::bad_alloc)", re.M)
 _FSIZE_RE = re.compile(r"(\[Errno 27\]|File too large)")
+_NOSPACE_RE = re.compile(r"(\[Errno 28\]|No space left on device|\[Errno 122\]|Disk quota exceeded)")
 
 
 def classify(returncode: int | None, stderr_tail: str, timed_out: bool, cpu_time: float | None,
-             cpu_limit: float) -> tuple[str, str]:
-    """(status, message) from how the program ended. Pure, so the mapping is unit-tested on its own."""
+             cpu_limit: float, disk_full: bool = False) -> tuple[str, str]:
+    """(status, message) from how the program ended. Pure, so the mapping is unit-tested on its own.
+    `disk_full`: the writable space (working directory + /tmp + /var/tmp + /dev/shm) was used up."""
     if timed_out:
-        return "timeout", "wall-clock timeout"
+        return "timeout", "wall-clock timeout" + (" (writable space used up)" if disk_full else "")
+    if (isinstance(returncode, int) and returncode > 0 and not _MEMORY_RE.search(stderr_tail)
+            and (disk_full or _NOSPACE_RE.search(stderr_tail))):
+        return "file_size", "disk-space limit exceeded (the writable space is used up)"
     if returncode is None:
         return "sandbox_error", "the sandbox launcher did not report a result"
     if returncode == 0:
@@ -389,6 +573,11 @@ def _note_isolation(layers: list[str], limits: SandboxLimits) -> None:
     if not limits.network and "netns" not in layers:
         _warn_once("netns", "judgekit sandbox: no network namespace available here; "
                             "sandboxed programs can use the network")
+    if "fs" not in layers and _CONFINE_FS:
+        _warn_once("fs", "judgekit sandbox: cannot confine the filesystem here ("
+                         + ("no user + mount namespaces" if os.geteuid() != 0 else "no mount namespace / pivot_root")
+                         + "); "
+                         "programs can read world-readable files and leave files in world-writable places")
     if "uid" not in layers:
         _warn_once("uid", "judgekit sandbox: not running as root, so programs run as the caller's user "
                           "(no uid switch)" + ("" if "pidns" in layers else " and can see/signal its processes"))
@@ -399,6 +588,7 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
     limits = limits or SandboxLimits()
     root = os.geteuid() == 0
     sandbox_uid = _UID_BASE + random.randrange(1 << 24) if root else None
+    fs_plan = _fs_plan() if _CONFINE_FS else None
     reveal, tops = _reveal_plan() if root else ([], [])
     private = tempfile.mkdtemp(prefix="judgekit-sbx-io-")  # caller-only: stdin/stdout/stderr files
     workdir = tempfile.mkdtemp(prefix="judgekit-sbx-")
@@ -421,6 +611,9 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
         cpu = limits.effective_cpu_s()
         cfg = {
             "reveal": reveal, "reveal_tops": tops, "stage_dir": private,
+            "fs": fs_plan and {"plan": fs_plan, "disk_kb": limits.disk_mb << 10,
+                               "inodes": max(1024, limits.disk_mb * 64)},
+            "pivot_root_nr": _PIVOT_ROOT_NR.get(os.uname().machine, -1),
             "status_fd": status_w, "caller_pid": os.getpid(), "network": limits.network, "uid": sandbox_uid,
             "workdir": workdir, "script": script, "python": sys.executable, "env": _scrubbed_env(workdir),
             "timeout": float(limits.timeout_s),
@@ -451,7 +644,7 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
         _note_isolation(layers, limits)
         rc = info.get("returncode")
         timed_out = bool(info.get("timed_out")) or "wall" not in info and caller_wall > limits.timeout_s
-        status, message = classify(rc, err_tail, timed_out, info.get("cpu"), cpu)
+        status, message = classify(rc, err_tail, timed_out, info.get("cpu"), cpu, bool(info.get("disk_full")))
         if status == "sandbox_error" and proc.returncode:
             message += f" (launcher exit code {proc.returncode})"
         return SandboxResult(

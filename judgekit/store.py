@@ -1,17 +1,24 @@
-"""On-disk store for mined mismatches (DESIGN.md §3, §7): sharded Parquet with a manifest and a commit marker.
+"""On-disk store for mined mismatches (docs/design.md §3, §7): sharded Parquet with a manifest and commit markers.
 
 Layout of a mining directory::
 
-    manifest.json                          schema version + the run's settings (one run per directory)
-    mismatches-r{rank:03d}-{seq:06d}.parquet   one row per mismatch, with hidden-state features
-    problems-r{rank:03d}-{seq:06d}.parquet     one row per completed problem (the commit marker)
+    manifest.json                              schema version + the run's settings (one run per directory)
+    mismatches-r{rank:03d}-{seq:06d}.parquet   one writer commit: one row per mismatch, with features
+    problems-r{rank:03d}-{seq:06d}.parquet     ... and one row per completed problem (the commit marker)
+    mismatches-c{gen:06d}-p{part:03d}.parquet  one compaction: few large mismatch files
+    problems-c{gen:06d}.parquet                ... and all their problem rows (the compaction's marker)
+    .judgekit.lock                             writers hold it shared, compaction exclusively
 
 Each commit of a rank writes the mismatch shard first and the problems shard second, both atomically
 (unique temp file, fsync, rename, fsync of the directory). A problems shard therefore only ever exists
 when its mismatch shard is complete, so readers treat it as the commit marker and ignore a mismatch
 shard without one: a crash at any moment loses at most the commit in flight and never duplicates a
-problem on resume. Every file carries the schema version and the run fingerprint in its Parquet
-metadata, so a shard copied in from another run is detected instead of silently mixed in.
+problem on resume. Compaction (:mod:`judgekit.store_compact`) follows the same rule: it writes its
+mismatch parts, then its marker, whose metadata names the commits it replaces; from the moment the marker
+exists readers ignore those commits (even before they are deleted), and before it exists they ignore the
+parts. Every file carries the schema version and the run fingerprint in its Parquet metadata, so a shard
+copied in from another run is detected instead of silently mixed in, and Parquet page checksums (CRC32)
+that every read verifies, so a flipped byte is an error naming the file, never an altered value.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ import dataclasses
 import json
 import os
 import re
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,16 +39,26 @@ import pyarrow.parquet as pq
 
 from judgekit.errors import JudgekitError
 
+try:  # advisory locks; where the platform has none, the single-writer rule is the user's to keep
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+LOCK = ".judgekit.lock"
 MISMATCHES = "mismatches"
 PROBLEMS = "problems"
 META_VERSION = b"judgekit.schema_version"
 META_KIND = b"judgekit.kind"
 META_RUN = b"judgekit.run"
+META_SESSION = b"judgekit.session"  # writer commits: {"id", "rank", "elapsed"} (seconds since the run started)
+META_COMPACT = b"judgekit.compact"  # compaction markers: {"parts", "replaces", "sessions", "compact_s"}
 DRAFT_COLUMN = "draft_hidden"
 
 _SHARD_RE = re.compile(r"^(mismatches|problems)-r(\d{3,})-(\d{6,})\.parquet$")
+_COMPACT_RE = re.compile(r"^(mismatches|problems)-c(\d{6,})(?:-p(\d{3,}))?\.parquet$")
+_UNIT_RE = re.compile(r"^r(\d{3,})-(\d{6,})$")
 # Settings that may change between a run and its resumption without changing what the rows mean.
 _RESUMABLE_FIELDS = frozenset({"limit"})
 
@@ -232,6 +250,10 @@ def shard_name(kind: str, rank: int, seq: int) -> str:
     return f"{kind}-r{rank:03d}-{seq:06d}.parquet"
 
 
+def compact_name(kind: str, gen: int, part: int | None = None) -> str:
+    return f"{kind}-c{gen:06d}.parquet" if part is None else f"{kind}-c{gen:06d}-p{part:03d}.parquet"
+
+
 def _tmp_path(path: Path, rank: int) -> Path:
     """Unique temp name next to `path`, tagged with the rank so only that rank's writer cleans it up."""
     return path.with_name(f"{path.name}.r{rank:03d}.{uuid.uuid4().hex[:12]}.tmp")
@@ -265,12 +287,17 @@ def _atomic_write_bytes(path: Path, data: bytes, rank: int) -> None:
     _fsync_dir(path.parent)
 
 
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How every store file is written: zstd, dictionary-coded strings, and page checksums that reads verify."""
+    strings = [f.name for f in schema if pa.types.is_string(f.type)]
+    return {"compression": "zstd", "use_dictionary": strings, "write_page_checksum": True}
+
+
 def _atomic_write_table(path: Path, table: pa.Table, rank: int) -> None:
     tmp = _tmp_path(path, rank)
-    strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd", use_dictionary=strings)
+            pq.write_table(table, f, **parquet_options(table.schema))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -282,33 +309,190 @@ def _atomic_write_table(path: Path, table: pa.Table, rank: int) -> None:
 
 @dataclass(frozen=True)
 class Shard:
+    """One data file. Writer shards have rank >= 0; compaction files have rank -1, seq = generation."""
+
     kind: str
     rank: int
     seq: int
     path: Path
+    part: int | None = None
+
+    @property
+    def unit(self) -> str:
+        """The commit this file belongs to: "r000-000001" (a writer commit) or "c000001" (a compaction)."""
+        return f"c{self.seq:06d}" if self.rank < 0 else f"r{self.rank:03d}-{self.seq:06d}"
 
 
 def list_shards(out_dir: Path) -> list[Shard]:
-    """Every shard file by name (committed or not), sorted by kind, rank, seq; other files are ignored."""
+    """Every data file by name (committed or not): writer shards by kind, rank, seq, then compaction files."""
     shards = []
-    for p in out_dir.iterdir():
+    for p in Path(out_dir).iterdir():
         m = _SHARD_RE.match(p.name)
         if m and p.is_file():
             shards.append(Shard(m.group(1), int(m.group(2)), int(m.group(3)), p))
-    return sorted(shards, key=lambda s: (s.kind, s.rank, s.seq))
+            continue
+        m = _COMPACT_RE.match(p.name)
+        if m and p.is_file() and (m.group(1) == MISMATCHES) == (m.group(3) is not None):
+            shards.append(Shard(m.group(1), -1, int(m.group(2)), p, None if m.group(3) is None else int(m.group(3))))
+    return sorted(shards, key=lambda s: (s.kind, s.rank < 0, s.rank, s.seq, s.part or 0))
 
 
-def committed_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
-    """(mismatch shard or None, problems shard) per commit, and the orphaned mismatch shards.
+def _writer_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
+    """Writer shards only: (mismatch shard or None, problems shard) per commit, and the orphaned mismatch shards.
 
     A problems shard is the commit marker, so its commit counts even if the mismatch shard was lost
     (validate_dir reports that); a mismatch shard without one is a crash between the two writes.
     """
+    shards = [s for s in shards if s.rank >= 0]
     mism = {(s.rank, s.seq): s for s in shards if s.kind == MISMATCHES}
     probs = {(s.rank, s.seq): s for s in shards if s.kind == PROBLEMS}
     pairs = [(mism.get(key), probs[key]) for key in sorted(probs)]
     orphans = [mism[key] for key in sorted(mism) if key not in probs]
     return pairs, orphans
+
+
+def committed_pairs(shards: Iterable[Shard]) -> tuple[list[tuple[Shard | None, Shard]], list[Shard]]:
+    """(mismatch file or None if lost, its commit marker) for every mismatch file to read, in read order,
+    and the files never read (uncommitted, or replaced by a compaction).
+
+    A compaction with several parts gives one pair per part, all with the same marker, so a caller that
+    reads each pair's mismatch file (as `read_mismatches` does) reads every committed row exactly once.
+    """
+    layout = _layout(list(shards))
+    pairs = [(s if s.rank < 0 or s.path.exists() else None, c.marker)
+             for c in layout.commits for s in _mismatch_shards(c)]
+    return pairs, layout.leftovers
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed unit that readers read: a writer commit or a compaction, with its marker (problems file)."""
+
+    unit: str
+    marker: Shard
+    mismatches: tuple[Path, ...]  # the mismatch files it needs (validate_dir names a missing one)
+    part_rows: tuple[int, ...] | None = None  # rows per mismatch part, recorded by a compaction
+    replaces: tuple[str, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict, compare=False)  # the marker's session / compaction record
+
+
+@dataclass
+class Layout:
+    """What a directory holds: the commits to read (in read order) and files that are never read."""
+
+    commits: list[Commit]
+    leftovers: list[Shard]  # uncommitted mismatch files, and files of commits replaced by a compaction
+    high_water: dict[int, int]  # rank -> largest seq on disk or named by a compaction (never reused)
+    max_gen: int
+
+
+def _json_meta(path: Path, key: bytes) -> dict[str, Any] | None:
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError) as err:
+        raise JudgekitError(f"{path}: not a valid Parquet file ({err})") from err
+    if key not in meta:
+        return None
+    try:
+        value = json.loads(meta[key])
+        if not isinstance(value, dict):
+            raise ValueError("not an object")
+    except ValueError as err:
+        raise JudgekitError(f"{path}: unreadable {key.decode()} metadata ({err})") from err
+    return value
+
+
+def scan(out_dir: str | Path) -> Layout:
+    """Commits to read and leftovers, from file names and the compaction markers' footers (cheap)."""
+    return _layout(list_shards(Path(out_dir)))
+
+
+def _layout(shards: list[Shard]) -> Layout:
+    pairs, orphans = _writer_pairs(shards)
+    commits: list[Commit] = []
+    high: dict[int, int] = {}
+    for s in shards:
+        if s.rank >= 0:
+            high[s.rank] = max(high.get(s.rank, 0), s.seq)
+    parts: dict[int, dict[int, Shard]] = {}
+    for s in shards:
+        if s.rank < 0 and s.kind == MISMATCHES:
+            parts.setdefault(s.seq, {})[s.part or 0] = s
+    markers = [s for s in shards if s.rank < 0 and s.kind == PROBLEMS]
+    leftovers: list[Shard] = list(orphans)
+    for marker in markers:
+        info = _json_meta(marker.path, META_COMPACT)
+        if info is None:
+            raise JudgekitError(f"{marker.path}: compaction marker without {META_COMPACT.decode()} metadata")
+        try:
+            names = [str(n) for n, _rows in info["parts"]]
+            rows = tuple(int(r) for _n, r in info["parts"])
+            replaces = tuple(str(u) for u in info["replaces"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise JudgekitError(f"{marker.path}: invalid {META_COMPACT.decode()} metadata ({err!r})") from err
+        for unit in replaces:
+            m = _UNIT_RE.match(unit)
+            if m:
+                high[int(m.group(1))] = max(high.get(int(m.group(1)), 0), int(m.group(2)))
+        commits.append(Commit(marker.unit, marker, tuple(marker.path.parent / n for n in names), rows, replaces, info))
+    leftovers += [p for gen, ps in sorted(parts.items()) if gen not in {m.seq for m in markers} for p in ps.values()]
+    commits += [Commit(p.unit, p, (p.path.with_name(shard_name(MISMATCHES, p.rank, p.seq)),)) for _m, p in pairs]
+    # A compaction's marker makes the commits it names obsolete at once, even while their files still exist
+    # (a crash between the marker's rename and their deletion); deletion is only housekeeping.
+    replaced = {u for c in commits for u in c.replaces}
+    kept = [c for c in commits if c.unit not in replaced]
+    for c in commits:
+        if c.unit in replaced:
+            leftovers.append(c.marker)
+            leftovers += [s for s in shards if s.kind == MISMATCHES and s.unit == c.unit]
+    max_gen = max((m.seq for m in markers), default=0)
+    max_gen = max([max_gen] + list(parts))
+    return Layout(kept, leftovers, high, max_gen)
+
+
+# ------------------------------------------------------------------------------------------------- locks
+
+
+class DirectoryBusy(JudgekitError):
+    """The directory is locked by a writer (compaction must wait until the run has finished)."""
+
+
+class DirLock:
+    """Advisory lock on a mining directory: writers share it, compaction takes it alone.
+
+    flock locks die with their process, so a writer killed with SIGKILL never leaves the directory locked.
+    """
+
+    def __init__(self, out_dir: Path, *, exclusive: bool, blocking: bool) -> None:
+        self._file = None
+        if fcntl is None:
+            return
+        try:
+            f = open(Path(out_dir) / LOCK, "a+b")
+        except OSError:  # e.g. a read-only copy: nothing can write there either
+            return
+        try:
+            flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
+            fcntl.flock(f.fileno(), flags)
+        except BlockingIOError:
+            f.close()
+            raise DirectoryBusy(f"{out_dir} is still being written (a `judgekit mine` holds it); "
+                                "try again when the run has finished") from None
+        except OSError:  # a filesystem without flock: proceed unlocked
+            f.close()
+            return
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor releases the lock
+            self._file = None
+
+    def __enter__(self) -> DirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 # --------------------------------------------------------------------------------------------- manifest
@@ -346,6 +530,24 @@ def load_settings(out_dir: str | Path) -> RunSettings:
 def _manifest_bytes(settings: RunSettings) -> bytes:
     doc = {"schema_version": SCHEMA_VERSION, "settings": settings.to_dict()}
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def check_compatible(out_dir: str | Path, settings: RunSettings) -> bool:
+    """Refuse (JudgekitError) a directory mined with other settings; True if it holds a manifest.
+
+    Reads only: a refused command must leave the directory exactly as it found it.
+    """
+    out_dir = Path(out_dir)
+    if not (out_dir / MANIFEST).exists():
+        return False
+    version, old = _read_manifest(out_dir)
+    if version != SCHEMA_VERSION:
+        raise JudgekitError(f"{out_dir} was mined with store schema version {version}, not "
+                            f"{SCHEMA_VERSION} (use another --out)")
+    diff = settings_diff(_without_resumable(old), settings.fingerprint())
+    if diff:
+        raise JudgekitError(f"{out_dir} was mined with {'; '.join(diff)} (use another --out)")
+    return True
 
 
 # ---------------------------------------------------------------------------------------- shard checks
@@ -386,12 +588,30 @@ def _describe(cols: list[tuple[str, pa.DataType]]) -> str:
     return "[" + ", ".join(f"{n}: {t}" for n, t in cols) + "]"
 
 
+def _read_error(path: Path, err: Exception) -> JudgekitError:
+    what = "corrupt data (checksum mismatch)" if "CRC" in str(err) or "checksum" in str(err) else "not a valid Parquet file"
+    return JudgekitError(f"{path}: {what} ({err})")
+
+
+def iter_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """A shard's row groups one at a time (bounded memory), checked and with page checksums verified."""
+    expected = _check_shard(shard, settings)
+    try:
+        pf = pq.ParquetFile(shard.path, page_checksum_verification=True)
+        for i in range(pf.num_row_groups):
+            table = pf.read_row_group(i, columns=columns)
+            target = pa.schema([expected.field(n) for n in table.column_names], metadata=expected.metadata)
+            yield table.cast(target)
+    except (pa.ArrowException, OSError) as err:
+        raise _read_error(shard.path, err) from err
+
+
 def _read_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = None) -> pa.Table:
     expected = _check_shard(shard, settings)
     try:
-        table = pq.read_table(shard.path, columns=columns)
+        table = pq.read_table(shard.path, columns=columns, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as err:
-        raise JudgekitError(f"{shard.path}: not a valid Parquet file ({err})") from err
+        raise _read_error(shard.path, err) from err
     target = pa.schema([expected.field(n) for n in table.column_names], metadata=expected.metadata)
     return table.cast(target)
 
@@ -413,47 +633,57 @@ def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> list[str
     return list(columns)
 
 
+def _mismatch_shards(commit: Commit) -> list[Shard]:
+    compact = commit.marker.rank < 0
+    return [Shard(MISMATCHES, commit.marker.rank, commit.marker.seq, p, i if compact else None)
+            for i, p in enumerate(commit.mismatches)]
+
+
 # ------------------------------------------------------------------------------------------------ writer
 
 
 class ShardWriter:
-    """Appends commits of completed problems for one rank; safe to kill at any moment and restart."""
+    """Appends commits of completed problems for one rank; safe to kill at any moment and restart.
 
-    def __init__(self, out_dir: str | Path, settings: RunSettings, rank: int = 0, world_size: int = 1) -> None:
+    Holds the directory's lock (shared with other ranks' writers) until :meth:`close`, so compaction
+    cannot run under it. ``started``: the ``time.monotonic()`` at which the run started (default: now);
+    every commit records the seconds since then, from which `judgekit data stats` reports wall time.
+    """
+
+    def __init__(self, out_dir: str | Path, settings: RunSettings, rank: int = 0, world_size: int = 1,
+                 started: float | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
         self.out_dir = Path(out_dir)
         self.settings = settings
         self.rank = rank
         self.world_size = world_size
+        self._started = time.monotonic() if started is None else started
+        self._session = uuid.uuid4().hex
+        check_compatible(self.out_dir, settings)  # before anything is written
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._ensure_manifest()
-        self._clean_leftovers()
+        self._lock = DirLock(self.out_dir, exclusive=False, blocking=True)
+        try:
+            self._write_manifest()
+            self._clean_leftovers()
+            self._next_seq = scan(self.out_dir).high_water.get(rank, 0) + 1
+        except BaseException:
+            self._lock.release()
+            raise
         self._schemas = {MISMATCHES: mismatch_schema(settings), PROBLEMS: problem_schema(settings)}
-        own = [s.seq for s in list_shards(self.out_dir) if s.rank == rank]
-        self._next_seq = max(own, default=0) + 1
 
-    def _ensure_manifest(self) -> None:
-        """Create the manifest, or refuse a directory mined with other settings (limit may differ)."""
+    def _write_manifest(self) -> None:
+        """Create the manifest, or record a changed limit (check_compatible refused anything else)."""
         path = self.out_dir / MANIFEST
-        if path.exists():
-            version, old = _read_manifest(self.out_dir)
-            if version != SCHEMA_VERSION:
-                raise JudgekitError(f"{self.out_dir} was mined with store schema version {version}, not "
-                                    f"{SCHEMA_VERSION} (use another --out)")
-            diff = settings_diff(_without_resumable(old), self.settings.fingerprint())
-            if diff:
-                raise JudgekitError(f"{self.out_dir} was mined with {'; '.join(diff)} (use another --out)")
-            if old == self.settings.to_dict():
-                return  # a changed limit falls through: the manifest records the latest one
+        if path.exists() and _read_manifest(self.out_dir)[1] == self.settings.to_dict():
+            return
         _atomic_write_bytes(path, _manifest_bytes(self.settings), self.rank)
 
     def _clean_leftovers(self) -> None:
-        """Remove this rank's temp files and uncommitted mismatch shards from a crashed earlier run."""
+        """Remove this rank's temp files and uncommitted or replaced shards from a crashed earlier run."""
         for tmp in self.out_dir.glob(f"*.r{self.rank:03d}.*.tmp"):
             tmp.unlink(missing_ok=True)
-        _, orphans = committed_pairs(list_shards(self.out_dir))
-        for shard in orphans:
+        for shard in scan(self.out_dir).leftovers:
             if shard.rank == self.rank:
                 shard.path.unlink(missing_ok=True)
         _fsync_dir(self.out_dir)
@@ -464,6 +694,8 @@ class ShardWriter:
 
     def write(self, mismatch_rows: list[dict[str, Any]], problem_rows: list[dict[str, Any]]) -> None:
         """Commit completed problems: mismatch shard first, then the problems shard that marks the commit."""
+        if self._lock is None:
+            raise ValueError("write after close")
         if not problem_rows:
             raise ValueError("a commit needs at least one completed problem")
         problem_rows = [row if "rank" in row else {**row, "rank": self.rank} for row in problem_rows]
@@ -475,66 +707,102 @@ class ShardWriter:
             raise ValueError(f"mismatch rows for problems not in this commit: {stray}")
         mism = rows_to_table(mismatch_rows, self._schemas[MISMATCHES])
         probs = rows_to_table(problem_rows, self._schemas[PROBLEMS])
+        session = {"id": self._session, "rank": self.rank, "elapsed": time.monotonic() - self._started}
+        probs = probs.replace_schema_metadata({**probs.schema.metadata, META_SESSION: json.dumps(session).encode()})
         seq = self._next_seq
         _atomic_write_table(self.out_dir / shard_name(MISMATCHES, self.rank, seq), mism, self.rank)
         _atomic_write_table(self.out_dir / shard_name(PROBLEMS, self.rank, seq), probs, self.rank)
         self._next_seq = seq + 1
 
+    def close(self) -> None:
+        """Release the directory lock (idempotent); the commits are already durable."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None  # type: ignore[assignment]
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 # ----------------------------------------------------------------------------------------------- readers
 
 
+def _consistent(out_dir: Path, read):
+    """read(commits), retried when a compaction finished between listing and reading (files vanished)."""
+    for attempt in range(3):
+        commits = scan(out_dir).commits
+        try:
+            return read(commits)
+        except JudgekitError:
+            if attempt == 2 or scan(out_dir).commits == commits:
+                raise
+    raise AssertionError("unreachable")
+
+
 def read_mismatches(out_dir: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
-    """All committed mismatch rows of every rank (in rank, seq order); each shard's schema is checked."""
+    """All committed mismatch rows of every rank (compactions first, then commits in rank, seq order).
+
+    Each file's schema is checked and its page checksums verified: a corrupt file is an error naming it.
+    """
     out_dir = Path(out_dir)
     settings = load_settings(out_dir)
     schema = mismatch_schema(settings)
     cols = _check_columns(columns, schema)
-    pairs, _ = committed_pairs(list_shards(out_dir))
-    tables = [_read_shard(m, settings, cols) for m, _p in pairs if m is not None]
-    return _concat(tables, schema, cols)
+    # A writer commit whose mismatch shard is gone reads as having none (validate_dir names it); a
+    # compaction's part is never skipped: the rows it holds exist nowhere else.
+    return _consistent(out_dir, lambda commits: _concat(
+        [_read_shard(s, settings, cols) for c in commits for s in _mismatch_shards(c) if s.rank < 0 or s.path.exists()],
+        schema, cols))
 
 
 def read_problems(out_dir: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
-    """All committed problem rows of every rank (in rank, seq order); each shard's schema is checked."""
+    """All committed problem rows of every rank, in the order of read_mismatches; each file is checked."""
     out_dir = Path(out_dir)
     settings = load_settings(out_dir)
     schema = problem_schema(settings)
     cols = _check_columns(columns, schema)
-    pairs, _ = committed_pairs(list_shards(out_dir))
-    tables = [_read_shard(p, settings, cols) for _m, p in pairs]
-    return _concat(tables, schema, cols)
+    return _consistent(out_dir, lambda commits: _concat([_read_shard(c.marker, settings, cols) for c in commits],
+                                                        schema, cols))
 
 
 def validate_dir(out_dir: str | Path) -> RunSettings:
-    """Check a whole directory (manifest, every committed shard, cross-shard consistency); returns its settings.
+    """Check a whole directory (manifest, every committed file, cross-file consistency); returns its settings.
 
-    Reads only the id columns of each shard, so it stays cheap on feature-heavy directories while still
-    decoding real data pages (a corrupt page in those columns or a truncated file is caught).
+    Decodes every column of every committed file one row group at a time, verifying page checksums, so a
+    flipped byte anywhere in the data, a truncated file or a lost compaction part is named.
     """
     out_dir = Path(out_dir)
     settings = load_settings(out_dir)
-    pairs, _orphans = committed_pairs(list_shards(out_dir))
+    commits = scan(out_dir).commits
     owner: dict[str, Path] = {}
-    for mshard, pshard in pairs:
-        if mshard is None:
-            missing = out_dir / shard_name(MISMATCHES, pshard.rank, pshard.seq)
-            raise JudgekitError(f"{missing}: missing, but its commit marker {pshard.path.name} exists")
-        table = _read_shard(pshard, settings, ["task", "problem_id"])
-        _check_task(pshard.path, table, settings.task)
-        for pid in table.column("problem_id").to_pylist():
-            if pid in owner:
-                where = "twice in" if owner[pid] == pshard.path else f"in {owner[pid].name} and"
-                raise JudgekitError(f"{pshard.path}: duplicate problem_id {pid!r} ({where} {pshard.path.name})")
-            owner[pid] = pshard.path
-    for mshard, _pshard in pairs:
-        assert mshard is not None
-        table = _read_shard(mshard, settings, ["task", "problem_id"])
-        _check_task(mshard.path, table, settings.task)
-        unknown = sorted(set(table.column("problem_id").to_pylist()) - owner.keys())
-        if unknown:
-            raise JudgekitError(f"{mshard.path}: mismatch rows for problem_id(s) with no problem row: "
-                                f"{', '.join(map(repr, unknown[:5]))}")
+    for commit in commits:
+        pshard = commit.marker
+        for path in commit.mismatches:
+            if not path.exists():
+                raise JudgekitError(f"{path}: missing, but its commit marker {pshard.path.name} exists")
+        for table in iter_shard(pshard, settings):
+            _check_task(pshard.path, table, settings.task)
+            for pid in table.column("problem_id").to_pylist():
+                if pid in owner:
+                    where = "twice in" if owner[pid] == pshard.path else f"in {owner[pid].name} and"
+                    raise JudgekitError(f"{pshard.path}: duplicate problem_id {pid!r} ({where} {pshard.path.name})")
+                owner[pid] = pshard.path
+    for commit in commits:
+        for i, shard in enumerate(_mismatch_shards(commit)):
+            rows = 0
+            for table in iter_shard(shard, settings):
+                rows += table.num_rows
+                _check_task(shard.path, table, settings.task)
+                unknown = sorted(set(table.column("problem_id").to_pylist()) - owner.keys())
+                if unknown:
+                    raise JudgekitError(f"{shard.path}: mismatch rows for problem_id(s) with no problem row: "
+                                        f"{', '.join(map(repr, unknown[:5]))}")
+            if commit.part_rows is not None and rows != commit.part_rows[i]:
+                raise JudgekitError(f"{shard.path}: {rows} rows, but its compaction marker "
+                                    f"{commit.marker.path.name} recorded {commit.part_rows[i]}")
     return settings
 
 
@@ -544,104 +812,10 @@ def _check_task(path: Path, table: pa.Table, task: str) -> None:
         raise JudgekitError(f"{path}: rows of task {other[0]!r} in a {task!r} directory")
 
 
-# ------------------------------------------------------------------------------------------------- stats
+def __getattr__(name: str) -> Any:
+    """`dir_stats` / `format_stats` moved to :mod:`judgekit.store_stats`; kept importable from here."""
+    if name in ("dir_stats", "format_stats"):
+        from judgekit import store_stats
 
-
-def _summary(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"mean": None, "min": None, "max": None}
-    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
-
-
-def _rate(num: int, den: int) -> float | None:
-    return num / den if den else None
-
-
-def dir_stats(out_dir: str | Path) -> dict[str, Any]:
-    """Plain-JSON summary of a mining directory: sizes, label balance, rollout cost, features, shards."""
-    out_dir = Path(out_dir)
-    settings = load_settings(out_dir)
-    probs = read_problems(out_dir, ["task", "problem_id", "n_rollouts", "n_mismatches", "target_correct",
-                                    "wall_time", "rank"])
-    mism = read_mismatches(out_dir, ["task", "important"])
-    pairs, orphans = committed_pairs(list_shards(out_dir))
-
-    by_task: dict[str, dict[str, Any]] = {}
-    for task in probs.column("task").to_pylist():
-        by_task.setdefault(task, {"problems": 0, "mismatches": 0, "important": 0})["problems"] += 1
-    for task, important in zip(mism.column("task").to_pylist(), mism.column("important").to_pylist()):
-        entry = by_task.setdefault(task, {"problems": 0, "mismatches": 0, "important": 0})
-        entry["mismatches"] += 1
-        entry["important"] += bool(important)
-    for entry in by_task.values():
-        entry["important_rate"] = _rate(entry["important"], entry["mismatches"])
-
-    n_problems, n_mismatches = probs.num_rows, mism.num_rows
-    n_important = sum(e["important"] for e in by_task.values())
-    correct = sum(bool(x) for x in probs.column("target_correct").to_pylist())
-    shard_ranks = {p.rank for _m, p in pairs}
-    return {
-        "dir": str(out_dir),
-        "schema_version": SCHEMA_VERSION,
-        "settings": settings.to_dict(),
-        "problems": n_problems,
-        "mismatches": n_mismatches,
-        "important": n_important,
-        "important_rate": _rate(n_important, n_mismatches),
-        "by_task": dict(sorted(by_task.items())),
-        "rollouts_per_problem": _summary(probs.column("n_rollouts").to_pylist()),
-        "mismatches_per_problem": _summary(probs.column("n_mismatches").to_pylist()),
-        "target_correct": correct,
-        "target_accuracy": _rate(correct, n_problems),
-        "features": {"layers": list(settings.layers), "columns": feature_columns(settings), "dtype": "float16"},
-        "ranks": len(shard_ranks),
-        "shards": len(pairs),
-        "uncommitted_shards": len(orphans),
-        "wall_time_s": float(sum(probs.column("wall_time").to_pylist())),
-        "size_bytes": sum(s.path.stat().st_size for s in list_shards(out_dir)),
-    }
-
-
-def _fmt_duration(seconds: float) -> str:
-    seconds = round(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s" if m else f"{s}s"
-
-
-def _fmt_pct(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.1f}%"
-
-
-def _fmt_summary(s: dict[str, float | None]) -> str:
-    if s["mean"] is None:
-        return "n/a"
-    return f"mean {s['mean']:.2f}, min {s['min']:g}, max {s['max']:g}"
-
-
-def format_stats(stats: dict[str, Any]) -> str:
-    """Multi-line human summary of dir_stats, for `judgekit data stats`."""
-    st = stats["settings"]
-    limit = "none" if st["limit"] is None else st["limit"]
-    source = f" (data file {st['data_file']})" if st["data_file"] else ""
-    lines = [
-        f"mining directory {stats['dir']} (store schema v{stats['schema_version']})",
-        f"  run          task {st['task']}, split {st['split']}{source}, limit {limit}, "
-        f"max_new_tokens {st['max_new_tokens']}",
-        f"  models       target {st['target']}, draft {st['draft']}",
-        f"  problems     {stats['problems']} in {stats['shards']} shard(s) from {stats['ranks']} rank(s), "
-        f"summed problem time {_fmt_duration(stats['wall_time_s'])}, {stats['size_bytes'] / 2**20:.1f} MiB",
-        f"  target acc   {_fmt_pct(stats['target_accuracy'])} ({stats['target_correct']}/{stats['problems']})",
-        f"  rollouts     {_fmt_summary(stats['rollouts_per_problem'])} per problem",
-        f"  mismatches   {stats['mismatches']} ({_fmt_summary(stats['mismatches_per_problem'])} per problem)",
-        f"  important    {stats['important']}/{stats['mismatches']} ({_fmt_pct(stats['important_rate'])})",
-    ]
-    for task, e in stats["by_task"].items():
-        lines.append(f"    {task:<10} {e['important']}/{e['mismatches']} important "
-                     f"({_fmt_pct(e['important_rate'])}) over {e['problems']} problem(s)")
-    cols = ", ".join(f"{name}[{size}]" for name, size in stats["features"]["columns"].items())
-    lines.append(f"  features     {cols} {stats['features']['dtype']}")
-    if stats["uncommitted_shards"]:
-        lines.append(f"  note         {stats['uncommitted_shards']} uncommitted mismatch shard(s) ignored "
-                     "(a crash mid-commit; the next run of that rank removes them)")
-    return "\n".join(lines)
+        return getattr(store_stats, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -109,7 +109,7 @@ def _mine_cmd(tiny_dirs, out, *extra):
     t, d = tiny_dirs
     return [sys.executable, "-m", "judgekit", "mine", "--task", "pocket-math", "--target", str(t), "--draft", str(d),
             "--out", str(out), "--limit", str(N_PROBLEMS), "--max-new-tokens", "24", "--device", "cpu", "--flush-every", "1",
-            "--quiet", *extra]
+            "--threads", "1", "--quiet", *extra]
 
 
 def _records(out) -> list[tuple]:
@@ -132,8 +132,8 @@ def _env(**extra):
 def uninterrupted(tiny_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("full") / "run"
     start = time.perf_counter()
-    subprocess.run(_mine_cmd(tiny_dirs, out), check=True, env=_env(), capture_output=True, timeout=600)
-    return _records(out), time.perf_counter() - start
+    proc = subprocess.run(_mine_cmd(tiny_dirs, out), check=True, env=_env(), capture_output=True, text=True, timeout=600)
+    return _records(out), time.perf_counter() - start, out, proc.stdout
 
 
 def _committed(out) -> int:
@@ -143,7 +143,7 @@ def _committed(out) -> int:
 def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uninterrupted, tmp_path):
     """SIGKILL at random moments (during start-up, and right after a commit: mid-forward or mid-write),
     resume each time, and compare the final records with a clean run's."""
-    records, _ = uninterrupted
+    records = uninterrupted[0]
     out = tmp_path / "run"
     rng = random.Random(7)
     mid_run_kills = 0
@@ -168,7 +168,7 @@ def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uni
 
 
 def test_two_ranks_union_equals_single_process(tiny_dirs, uninterrupted, tmp_path):
-    records, _ = uninterrupted
+    records = uninterrupted[0]
     out = tmp_path / "run"
     procs = [subprocess.Popen(_mine_cmd(tiny_dirs, out), env=_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
@@ -178,18 +178,92 @@ def test_two_ranks_union_equals_single_process(tiny_dirs, uninterrupted, tmp_pat
     ranks = set(read_problems(out).column("rank").to_pylist())
     assert ranks == {0, 1}
     assert _records(out) == records
+    assert len(_data_files(out)) == 2  # whichever rank finished last compacted the directory
 
 
-def test_rerun_without_resume_and_changed_settings_are_refused(tiny_dirs, tmp_path):
+def _dir_state(out) -> list[tuple]:
+    return sorted((p.name, p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir())
+
+
+def test_rerun_without_resume_and_changed_settings_are_refused_and_change_nothing(tiny_dirs, tmp_path):
     out = tmp_path / "run"
     cmd = _mine_cmd(tiny_dirs, out)
     cmd[cmd.index(str(N_PROBLEMS))] = "1"  # --limit 1
     subprocess.run(cmd, check=True, env=_env(), capture_output=True, timeout=600)
+    state = _dir_state(out)
     again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "--resume" in again.stderr
+    more = list(cmd)
+    more[more.index("1")] = "2"  # a larger --limit without --resume (the manifest used to be rewritten first)
+    refused = subprocess.run(more, env=_env(), capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
     other = subprocess.run(cmd + ["--resume", "--layers", "-1,1"], env=_env(), capture_output=True, text=True, timeout=600)
     assert other.returncode == 2 and "layers" in other.stderr and "Traceback" not in other.stderr
+    assert _dir_state(out) == state
 
+
+def _data_files(out) -> list[str]:
+    return sorted(p.name for p in out.glob("*.parquet"))
+
+
+def test_completed_run_is_compacted_and_reports_its_wall_time(uninterrupted):
+    from judgekit.store_stats import dir_stats
+
+    _, elapsed, out, stdout = uninterrupted
+    # --flush-every 1 committed 10 shard pairs; the completed run rewrote them into one pair.
+    assert _data_files(out) == ["mismatches-c000001-p000.parquet", "problems-c000001.parquet"]
+    assert "compacted 10 commits into 2 data files" in stdout
+    s = dir_stats(out)
+    assert s["problems"] == N_PROBLEMS and s["compacted"]
+    # Recorded from the command's start to its last commit: within the measured time of the whole process.
+    assert 0.5 * elapsed <= s["wall_time_s"] <= elapsed
+    assert s["problems_per_s"] == pytest.approx(N_PROBLEMS / s["wall_time_s"])
+
+
+def test_threads_must_be_positive(tiny_dirs, tmp_path, capsys):
+    from judgekit.cli import main
+
+    assert main(_mine_cmd(tiny_dirs, tmp_path / "x", "--threads", "0")[3:]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_scoring_pool_is_shut_down(pair):
+    import threading
+
+    def scorers():
+        return [t for t in threading.enumerate() if t.name.startswith("judgekit-score")]
+
+    task, cfg = PrefixTask(), MineConfig(max_new_tokens=20)
+    miner = Miner(pair, task, cfg, batch_size=2)
+    assert len(list(miner.mine_many(task.load(limit=3)))) == 3
+    assert scorers() == []
+    gen = miner.mine_many(task.load(limit=3))
+    next(gen)  # abandoned half-way: closing the generator shuts the pool down too
+    gen.close()
+    assert scorers() == []
+
+
+def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tmp_path):
+    """Ids are namespaced by task at the source, so two tasks' runs can be pooled and split by problem_id."""
+    from judgekit.mining import mine_to_dir
+    from judgekit.tasks import get_task
+
+    owners: dict[str, tuple[str, str]] = {}
+    for name in ("pocket-math", "pocket-code"):
+        task = get_task(name)
+        problems = task.load("train", limit=2)
+        mine_to_dir(pair, task, problems, str(tmp_path / name), MineConfig(max_new_tokens=12), split="train",
+                    limit=2, progress=False)
+        all_ids = [p.problem_id for p in task.load("train", limit=400)]
+        assert all(pid.startswith(f"{name}/") for pid in all_ids)
+        mined = read_problems(tmp_path / name, columns=["task", "problem_id"]).to_pylist()
+        assert {r["problem_id"] for r in mined} == {p.problem_id for p in problems}
+        for row in mined:
+            assert owners.setdefault(row["problem_id"], (row["task"], name)) == (row["task"], name)
+        for pid in all_ids:
+            assert owners.setdefault(pid, (name, name))[0] == name
+    assert len(owners) == 800
 
 def test_unknown_task_is_one_line(tiny_dirs, tmp_path):
     cmd = _mine_cmd(tiny_dirs, tmp_path / "x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -44,7 +45,7 @@ def test_cpu_limit_is_reported_as_timeout():
     res = run_program("while True:\n    pass\n", limits=SandboxLimits(timeout_s=8, cpu_s=1))
     assert res.status == "timeout"
     assert "CPU" in res.message
-    assert res.wall_time < 4
+    assert res.wall_time < 7  # stopped by the CPU limit, before the 8 s wall clock (slack for a loaded machine)
 
 
 def test_fork_bomb_is_contained_and_whole_tree_killed():
@@ -100,7 +101,8 @@ def test_cannot_delete_files_outside_workdir(tmp_path):
                 "        print(type(e).__name__)\n")
         res = run_program(code)
         assert "done" not in res.stdout
-        assert "PermissionError" in res.stdout
+        # the uid switch refuses (PermissionError); with the filesystem confined the file is not even there
+        assert "PermissionError" in res.stdout or res.stdout.count("FileNotFoundError") == 3
         assert victim.read_text() == "keep me"
     finally:
         victim.unlink(missing_ok=True)
@@ -164,9 +166,19 @@ def test_run_many_preserves_order_and_isolates_failures():
     (None, "", True, None, "timeout"),
     (None, "", False, None, "sandbox_error"),
     (2, "SyntaxError", False, 0.1, "error"),
+    (1, "OSError: [Errno 28] No space left on device", False, 0.1, "file_size"),
 ])
 def test_classify(rc, tail, timed_out, cpu, status):
     assert classify(rc, tail, timed_out, cpu, 2)[0] == status
+
+
+def test_classify_disk_full():
+    assert classify(1, "", False, 0.1, 2, disk_full=True) == ("file_size", "disk-space limit exceeded "
+                                                                         "(the writable space is used up)")
+    assert classify(0, "", False, 0.1, 2, disk_full=True)[0] == "ok"  # a program may fill it and still succeed
+    assert classify(None, "", True, None, 2, disk_full=True)[0] == "timeout"
+    assert classify(-signal.SIGKILL, "", False, 3.0, 2, disk_full=True)[0] == "timeout"  # the CPU limit killed it
+    assert classify(1, "MemoryError\n", False, 0.1, 2, disk_full=True)[0] == "memory"
 
 
 def test_result_dataclass_roundtrip():
@@ -193,3 +205,178 @@ def test_cli_sandbox_run_reports_timeout_and_missing_file(tmp_path, capsys):
     assert rc == 1 and "status: timeout" in capsys.readouterr().out
     assert main(["sandbox", "run", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# ---- the confined filesystem (needs root and mount namespaces) ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def confined():
+    layers = run_program("pass").isolation
+    if "fs" not in layers:
+        pytest.skip("filesystem confinement needs root, mount namespaces and pivot_root "
+                    f"(layers available here: {layers})")
+    return layers
+
+
+def test_private_tmp_places_are_fresh_and_vanish(confined):
+    tag = f"judgekit-fs-{uuid.uuid4().hex}"
+    host_marker = Path("/tmp") / f"{tag}-host"
+    host_marker.write_text("host file")
+    try:
+        code = (f"import os\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+                f"    open(os.path.join(d, {tag!r}), 'w').write('x' * 1000)\n"
+                f"    print(d, sorted(n for n in os.listdir(d) if not n.startswith('judgekit-sbx-')))\n"
+                f"print(os.path.exists({str(host_marker)!r}))\n")
+        res = run_program(code)
+        assert res.status == "ok", res.stderr
+        assert res.stdout.splitlines() == [f"/tmp [{tag!r}]", f"/var/tmp [{tag!r}]", f"/dev/shm [{tag!r}]",
+                                           "False"]  # only its own file; the host's /tmp is not shown
+        for d in ("/tmp", "/var/tmp", "/dev/shm"):
+            assert not (Path(d) / tag).exists()
+    finally:
+        host_marker.unlink()
+
+
+def test_writing_outside_the_working_directory_fails(confined):
+    import sys
+    targets = ["/x", "/etc/x", "/usr/x", "/usr/lib/x", "/root/x", "/var/x", "/home/x", "/work/x",
+               os.path.join(sys.prefix, "x"), os.path.join(sys.base_prefix, "x"), os.path.join(os.getcwd(), "x"),
+               str(Path.home() / "x")]
+    code = (f"import os\nfor t in {targets!r}:\n    try:\n        open(t, 'w').write('x')\n        print('wrote', t)\n"
+            "    except OSError as e:\n        print('refused', type(e).__name__)\n"
+            "try:\n    os.mkdir('/tmp/../newdir')\n    print('wrote /newdir')\nexcept OSError as e:\n    print('refused')\n"
+            "open('here.txt', 'w').write('ok')\nprint(open('here.txt').read())\n")
+    res = run_program(code)
+    assert res.status == "ok", res.stderr
+    assert "wrote" not in res.stdout
+    assert res.stdout.count("refused") == len(targets) + 1 and res.stdout.endswith("ok\n")
+    assert not any(os.path.exists(t) for t in targets) and not os.path.exists("/newdir")
+
+
+def test_filling_the_writable_space_is_stopped_and_reported(confined):
+    usage_before = shutil.disk_usage("/tmp").free
+    code = ("import os\nchunk = b'0' * (1 << 20)\ni = 0\n"
+            "while True:\n"
+            "    for d in ('.', '/tmp', '/dev/shm', '/var/tmp'):\n"
+            "        with open(os.path.join(d, 'f%d' % i), 'wb') as f:\n            f.write(chunk)\n"
+            "        i += 1\n")
+    start = time.monotonic()
+    res = run_program(code, limits=SandboxLimits(timeout_s=20, disk_mb=16))
+    assert time.monotonic() - start < 10
+    assert res.status == "file_size" and "disk-space" in res.message
+    assert "No space left on device" in res.stderr
+    # many empty files: the inode bound stops them too
+    res = run_program("import os\nfor i in range(10 ** 6):\n    open('e%d' % i, 'w').close()\n",
+                      limits=SandboxLimits(timeout_s=20, disk_mb=16))
+    assert res.status == "file_size"
+    # a program that swallows the error is stopped all the same: it could never write past the bound
+    res = run_program("n = 0\ntry:\n    while True:\n        open('g%d' % n, 'wb').write(b'1' * (1 << 20))\n"
+                      "        n += 1\nexcept OSError:\n    print(n)\n", limits=SandboxLimits(disk_mb=16))
+    assert res.status == "ok" and int(res.stdout) <= 16
+    # nothing reached the host's disk (tmpfs in the run's own mount namespace, freed with it)
+    assert usage_before - shutil.disk_usage("/tmp").free < 200 << 20
+
+
+def test_caller_home_and_working_directory_are_out_of_sight(confined):
+    secret = f"secret-{uuid.uuid4().hex}"
+    files = [Path.home() / f".judgekit-test-{secret}", Path.cwd() / f".judgekit-test-{secret}"]
+    for f in files:
+        f.write_text(secret)
+        f.chmod(0o644)  # world-readable: only the confinement hides it
+    try:
+        code = (f"import os\nfor d in {[str(f.parent) for f in files]!r}:\n"
+                "    try:\n        print(sorted(os.listdir(d)))\n    except OSError as e:\n        print(type(e).__name__)\n"
+                f"for f in {[str(f) for f in files]!r}:\n"
+                "    try:\n        print(open(f).read())\n    except OSError as e:\n        print(type(e).__name__)\n")
+        res = run_program(code)
+        assert res.status == "ok", res.stderr
+        assert secret not in res.stdout
+        assert "pyproject.toml" not in res.stdout and "judgekit" not in res.stdout
+        assert res.stdout.splitlines()[-2:] == ["FileNotFoundError", "FileNotFoundError"]
+    finally:
+        for f in files:
+            f.unlink()
+
+
+def test_correct_programs_still_pass_confined(confined):
+    res = run_program("import tempfile, os\nwith tempfile.TemporaryDirectory() as d:\n"
+                      "    p = os.path.join(d, 'a')\n    open(p, 'w').write('42')\n    print(open(p).read())\n"
+                      "with tempfile.NamedTemporaryFile('w+') as f:\n    f.write('x')\n    f.flush()\n"
+                      "    print(os.path.getsize(f.name))\n"
+                      "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(7)'], "
+                      "capture_output=True, text=True).stdout.strip())\n")
+    assert res.status == "ok", res.stderr
+    assert res.stdout == "42\n1\n7\n"
+    pytest.importorskip("numpy")
+    res = run_program("import numpy as np\nprint(int(np.arange(10).sum()))\n")
+    assert res.status == "ok" and res.stdout == "45\n", res.stderr
+
+
+def test_without_the_fs_layer_it_says_so_once(confined, monkeypatch, caplog):
+    import judgekit.sandbox as sb
+    monkeypatch.setattr(sb, "_CONFINE_FS", False)
+    res = run_program("print(1)")
+    assert res.ok and "fs" not in res.isolation and "uid" in res.isolation
+    monkeypatch.setattr(sb, "_CONFINE_FS", True)
+    monkeypatch.setattr(sb, "_warned", set())
+    monkeypatch.setattr(sb, "_fs_plan", lambda: None)  # as on a machine that cannot pivot into a new root
+    with caplog.at_level("WARNING", logger="judgekit.sandbox"):
+        assert "fs" not in run_program("pass").isolation and "fs" not in run_program("pass").isolation
+    assert len([r for r in caplog.records if "cannot confine the filesystem" in r.message]) == 1
+
+
+def test_fs_plan_shows_the_interpreter_but_not_the_callers_files():
+    import sys
+    from judgekit.sandbox import _fs_plan
+    plan = _fs_plan()
+    if plan is None:
+        pytest.skip("no pivot_root on this architecture")
+    binds = [p for kind, p, _ in plan if kind == "bind"]
+    assert "/usr" in binds or os.path.islink("/usr")
+    real = os.path.realpath(sys.base_prefix)
+    assert any(real == b or real.startswith(b + "/") for b in binds)
+    cwd = os.path.realpath(os.getcwd())
+    assert not any(cwd == b or cwd.startswith(b + "/") for b in binds)
+    assert not any(b in ("/", "/tmp", "/root", "/home", "/work") for b in binds)
+
+
+def test_cli_leaves_nothing_on_the_host(confined, tmp_path, capsys):
+    tag = f"judgekit-cli-{uuid.uuid4().hex}"
+    prog = tmp_path / "prog.py"
+    prog.write_text(f"open('/tmp/{tag}.txt', 'w').write('x')\nopen('/dev/shm/{tag}', 'wb').write(b'0' * (8 << 20))\n"
+                    "import os\nprint(os.listdir('/root'), os.path.exists('/work/main/README.md'))\n")
+    rc = main(["sandbox", "run", str(prog), "--timeout", "5", "--disk-mb", "32", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["status"] == "ok" and "fs" in out["isolation"]
+    assert not Path(f"/tmp/{tag}.txt").exists() and not Path(f"/dev/shm/{tag}").exists()
+    assert "False" in out["stdout"] and ".bashrc" not in out["stdout"]
+    assert main(["sandbox", "run", str(prog), "--timeout", "5", "--disk-mb", "4", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "file_size"
+
+
+def test_not_root_the_filesystem_is_confined_in_a_user_namespace():
+    """Run the sandbox as an ordinary user (nobody, through setpriv) with a system Python: where the kernel
+    allows unprivileged user namespaces, the filesystem layer still applies."""
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[1]
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    if not ROOT or not shutil.which("setpriv") or not py:
+        pytest.skip("needs root (to become nobody), setpriv and a system python3")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run(nobody + [py, "-c", f"import os; os.listdir({str(repo)!r})"], capture_output=True).returncode:
+        pytest.skip("the checkout is not readable by an ordinary user")
+    if subprocess.run(nobody + ["unshare", "-Urm", "true"], capture_output=True).returncode:
+        pytest.skip("no unprivileged user + mount namespaces on this kernel")
+    tag = f"judgekit-nobody-{uuid.uuid4().hex}"
+    code = (f"import json, sys\nsys.path.insert(0, {str(repo)!r})\nfrom judgekit.sandbox import run_program\n"
+            f"r = run_program(\"import os\\nopen('/tmp/{tag}', 'w').write('x')\\nprint(sorted(os.listdir('/')))\\n"
+            f"try:\\n    open('/usr/{tag}', 'w')\\nexcept OSError as e:\\n    print(type(e).__name__)\\n\")\n"
+            "print(json.dumps(r.to_dict()))\n")
+    out = subprocess.run(nobody + [py, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert res["status"] == "ok" and {"userns", "mntns", "fs"} <= set(res["isolation"]), res
+    listing, refused = res["stdout"].splitlines()
+    assert "root" not in listing and "home" not in listing and refused == "OSError"
+    assert not Path(f"/tmp/{tag}").exists() and not Path(f"/usr/{tag}").exists()

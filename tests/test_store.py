@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from judgekit import store
 from judgekit.cli import main
 from judgekit.errors import JudgekitError
+from judgekit.store_compact import compact_dir
 from judgekit.store import (
     RunSettings,
     ShardWriter,
@@ -286,10 +288,14 @@ def test_dir_stats_numbers(mined: Path) -> None:
     assert s["target_accuracy"] == pytest.approx(3 / 4)
     assert s["features"]["layers"] == [-1, 2]
     assert s["features"]["columns"] == {"hidden_l-1": H, "hidden_l2": H, "draft_hidden": DH}
-    assert s["ranks"] == 2 and s["shards"] == 3
-    assert s["wall_time_s"] == pytest.approx(4.0)
+    assert s["ranks"] == 2 and s["commits"] == 3 and s["data_files"] == 6 and not s["compacted"]
+    # Per-problem latencies are summed only under their own name; the run's wall time comes from the commits.
+    assert s["problem_latency_s"]["sum"] == pytest.approx(4.0)
+    assert s["wall_time_s"] is not None and 0 <= s["wall_time_s"] < 60
+    assert set(s["per_rank"]) == {"0", "1"} and s["per_rank"]["0"]["problems"] == 3
     text = format_stats(s)
     assert "3/5 (60.0%)" in text and "75.0% (3/4)" in text and "hidden_l-1[8]" in text
+    assert "summed problem time" not in text and "overlapping" in text
     json.dumps(s)  # plain JSON types only
 
 
@@ -316,3 +322,231 @@ def test_run_settings_are_a_value_object() -> None:
     s = settings(layers=[-1, 2])  # lists are normalised so equality and hashing work
     assert s == settings() and hash(s) == hash(settings())
     assert dataclasses.replace(s, limit=None).fingerprint() == s.fingerprint()
+
+
+# ---------------------------------------------------------------------------------- silent corruption
+
+
+def _flip_in_column(path: Path, column: str, n_bytes: int = 16) -> None:
+    """Flip up to n_bytes at the end of `column`'s chunk in row group 0: inside its last page's data."""
+    md = pq.read_metadata(path)
+    names = [md.schema.column(i).path.split(".")[0] for i in range(md.num_columns)]
+    chunk = md.row_group(0).column(names.index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    k = max(1, min(n_bytes, chunk.total_compressed_size // 4))
+    data = bytearray(path.read_bytes())
+    for i in range(end - k, end):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def _check_named(d: Path, victim: Path) -> None:
+    with pytest.raises(JudgekitError, match=victim.name + ": corrupt data"):
+        validate_dir(d)
+    with pytest.raises(JudgekitError, match=victim.name):
+        read_mismatches(d) if victim.name.startswith("mismatches") else read_problems(d)
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["shards", "compacted"])
+@pytest.mark.parametrize("column", mismatch_schema(settings()).names)
+def test_flipped_bytes_in_any_mismatch_column_are_named(mined: Path, column: str, compacted: bool) -> None:
+    if compacted:
+        compact_dir(mined)
+    victim = shards(mined, "mismatches")[0]
+    _flip_in_column(victim, column)
+    _check_named(mined, victim)
+
+
+@pytest.mark.parametrize("column", problem_schema().names)
+def test_flipped_bytes_in_any_problem_column_are_named(mined: Path, column: str) -> None:
+    compact_dir(mined)
+    victim = shards(mined, "problems")[0]
+    _flip_in_column(victim, column)
+    _check_named(mined, victim)
+
+
+def test_issue_reproduction_64_bytes_in_features_fail_the_cli(tmp_path: Path, capsys) -> None:
+    big = settings(hidden_size=512, draft_features=False, draft_hidden_size=None, layers=(-1,))
+    rows = [{k: v for k, v in mrow("a", i, i % 2 == 0, seed=i).items() if k not in ("hidden_l2", "draft_hidden")}
+            for i in range(40)]
+    for r in rows:
+        r["hidden_l-1"] = np.random.default_rng(len(r["context_ids"])).standard_normal(512).astype(np.float16)
+    with ShardWriter(tmp_path, big) as w:
+        w.write(rows, [prow("a", 40, 20)])
+    victim = shards(tmp_path, "mismatches")[0]
+    _flip_in_column(victim, "hidden_l-1", 64)
+    assert main(["data", "stats", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and victim.name in err and "corrupt data" in err
+
+
+# --------------------------------------------------------------------------------------------- compaction
+
+
+def _snapshot(d: Path) -> tuple[list, list]:
+    """Every committed row, features bit-exact, in read order."""
+    mm = read_mismatches(d)
+    fcols = store.feature_columns(settings())
+    cols = [c for c in mm.column_names if c not in fcols]
+    feats = {c: store.features_to_numpy(mm, c).view(np.uint16).tolist() for c in fcols}
+    rows = [tuple(r[c] for c in cols) + tuple(tuple(feats[c][i]) for c in sorted(feats))
+            for i, r in enumerate(mm.select(cols).to_pylist())]
+    probs = [tuple(sorted(r.items())) for r in read_problems(d).to_pylist()]
+    return rows, probs
+
+
+def _many_commits(d: Path, n: int = 12) -> None:
+    with ShardWriter(d, settings(), rank=0, world_size=2) as w0, ShardWriter(d, settings(), rank=1, world_size=2) as w1:
+        for i in range(n):
+            k = i % 3
+            (w0 if i % 2 == 0 else w1).write([mrow(f"q{i}", j, j % 2 == 0, seed=100 * i + j) for j in range(k)],
+                                             [prow(f"q{i}", k, (k + 1) // 2)])
+
+
+def test_compaction_keeps_every_row_and_leaves_two_files(mined: Path) -> None:
+    _many_commits(mined)
+    before = _snapshot(mined)
+    res = compact_dir(mined)
+    assert res.commits == 3 + 12 and res.files_before == 30 and res.files_after == 2
+    assert sorted(p.name for p in mined.glob("*.parquet")) == ["mismatches-c000001-p000.parquet",
+                                                              "problems-c000001.parquet"]
+    assert _snapshot(mined) == before
+    validate_dir(mined)
+    s = dir_stats(mined)
+    assert s["compacted"] and s["data_files"] == 2 and s["problems"] == 16 and s["wall_time_s"] is not None
+    assert pq.ParquetFile(mined / "mismatches-c000001-p000.parquet").num_row_groups == 1
+    assert compact_dir(mined).commits == 0  # already compact: nothing to do
+
+
+def test_compaction_splits_large_data_into_parts_and_row_groups(mined: Path) -> None:
+    _many_commits(mined)
+    before = _snapshot(mined)
+    compact_dir(mined, row_group_bytes=400, file_bytes=1000)
+    parts = sorted(mined.glob("mismatches-c000001-p*.parquet"))
+    assert len(parts) > 1 and pq.ParquetFile(parts[0]).num_row_groups > 1
+    assert _snapshot(mined) == before
+    validate_dir(mined)
+
+
+def test_resume_after_compaction_then_compact_again(mined: Path) -> None:
+    compact_dir(mined)
+    before = _snapshot(mined)
+    with ShardWriter(mined, settings(), rank=0, world_size=1) as w:
+        assert w.done_problem_ids() == {"p0", "p1", "p2", "p3"}
+        w.write([mrow("p9", 1, True, 9)], [prow("p9", 1, 1)])
+    # The new commit never reuses a name the compaction replaced (it would be read as replaced).
+    assert (mined / "problems-r000-000003.parquet").exists()
+    after = _snapshot(mined)
+    assert after[0][: len(before[0])] == before[0] and len(after[1]) == 5
+    compact_dir(mined)
+    assert sorted(p.name for p in mined.glob("*.parquet")) == ["mismatches-c000002-p000.parquet",
+                                                              "problems-c000002.parquet"]
+    assert _snapshot(mined) == after
+    validate_dir(mined)
+
+
+def test_compaction_is_refused_while_a_writer_holds_the_dir(mined: Path, capsys) -> None:
+    files = sorted((p.name, p.read_bytes()) for p in mined.iterdir())
+    with ShardWriter(mined, settings(), rank=0, world_size=2):
+        with pytest.raises(JudgekitError, match="still being written"):
+            compact_dir(mined)
+        assert main(["data", "compact", str(mined)]) == 2
+        assert "still being written" in capsys.readouterr().err
+    assert sorted((p.name, p.read_bytes()) for p in mined.iterdir()) == files
+    assert main(["data", "compact", str(mined)]) == 0
+    assert "into 2 data files" in capsys.readouterr().out
+
+
+def test_compaction_refuses_a_corrupt_dir_and_changes_nothing(mined: Path) -> None:
+    victim = shards(mined, "mismatches")[1]
+    _flip_in_column(victim, "context_ids")
+    files = sorted((p.name, p.read_bytes()) for p in mined.iterdir())
+    with pytest.raises(JudgekitError, match=victim.name):
+        compact_dir(mined)
+    assert sorted((p.name, p.read_bytes()) for p in mined.iterdir()) == files
+
+
+def test_lost_compaction_part_is_named(mined: Path) -> None:
+    compact_dir(mined)
+    part = mined / "mismatches-c000001-p000.parquet"
+    part.unlink()
+    with pytest.raises(JudgekitError, match=part.name + ": missing"):
+        validate_dir(mined)
+    with pytest.raises(JudgekitError, match=part.name):
+        read_mismatches(mined)
+
+
+def _compact_dying_at(d: Path, step: int) -> int:
+    """Run compact_dir in a forked child that SIGKILLs itself before its `step`-th file-system change (rename
+    or delete); returns how many such changes a full compaction made (when it did not die), else -1."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            calls = [0]
+            real_replace, real_unlink = os.replace, Path.unlink
+
+            def gate() -> None:
+                if calls[0] == step:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                calls[0] += 1
+
+            def replace(*a, **k):
+                gate()
+                return real_replace(*a, **k)
+
+            def unlink(self, *a, **k):
+                gate()
+                return real_unlink(self, *a, **k)
+
+            os.replace, Path.unlink = replace, unlink
+            compact_dir(d, row_group_bytes=400, file_bytes=1000)
+            os._exit(100 + min(calls[0], 100))
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code == -signal.SIGKILL or code >= 100, code
+    return code - 100 if code >= 100 else -1
+
+
+def test_kill_at_every_step_of_compaction_loses_and_duplicates_nothing(mined: Path, tmp_path: Path) -> None:
+    _many_commits(mined, 5)
+    before = _snapshot(mined)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(mined, pristine)
+    total = _compact_dying_at(mined, 10**6)
+    assert total > 10 and _snapshot(mined) == before
+    for step in range(total):
+        d = tmp_path / f"kill-{step}"
+        shutil.copytree(pristine, d)
+        assert _compact_dying_at(d, step) == -1
+        assert _snapshot(d) == before, f"killed before change {step}"
+        validate_dir(d)
+        with ShardWriter(d, settings(), rank=0, world_size=2) as w:  # a resumed run sees every problem once
+            assert len(w.done_problem_ids()) == 9
+        compact_dir(d)  # and a later compaction finishes the job
+        assert _snapshot(d) == before and len(list(d.glob("*.parquet"))) <= 4
+        shutil.rmtree(d)
+
+
+def test_compact_cli_errors_are_one_line_and_touch_nothing(tmp_path: Path, capsys) -> None:
+    assert main(["data", "compact", str(tmp_path / "nope")]) == 2
+    assert main(["data", "compact", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("judgekit: error:") == 2 and "no such directory" in err and "missing manifest" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["shards", "compacted"])
+def test_shard_level_reading_sees_every_committed_row_once(mined: Path, compacted: bool) -> None:
+    """Readers that walk committed_pairs and read shard by shard (the judge trainer) see what read_mismatches sees."""
+    _many_commits(mined)
+    if compacted:
+        compact_dir(mined, row_group_bytes=400, file_bytes=1000)
+        assert len(list(mined.glob("mismatches-c*"))) > 1
+    pairs, _ = store.committed_pairs(store.list_shards(mined))
+    parts = [store._read_shard(m, settings(), ["problem_id", "position"]) for m, _p in pairs if m is not None]
+    assert pa.concat_tables(parts).to_pylist() == read_mismatches(mined, ["problem_id", "position"]).to_pylist()

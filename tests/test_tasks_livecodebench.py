@@ -129,3 +129,20 @@ def test_prompt_has_format(trusted, problems):
     assert "Read the inputs from stdin" in stdin_prompt and problems[0].question in stdin_prompt
     fn_prompt = trusted.build_prompt(problems[1], chat_template=False)
     assert "class Solution" in fn_prompt and "starter code" in fn_prompt
+
+
+def test_large_input_goes_through_stdin(tmp_path):
+    """Test inputs reach the sandboxed harness on stdin, not inside the program text (LCB inputs can be MBs)."""
+    nums = list(range(200_000))
+    tests = [{"input": f"{len(nums)}\n{' '.join(map(str, nums))}\n", "output": f"{sum(nums)}\n", "testtype": "stdin"}]
+    row = {"question_title": "sum", "question_content": "Sum them.", "platform": "atcoder", "question_id": "big",
+           "starter_code": "", "public_test_cases": json.dumps(tests), "private_test_cases": "[]", "metadata": "{}"}
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    task = get_task("livecodebench", timeout_s=10)
+    (p,) = task.load(data_file=str(path))
+    program, stdin = task.job(p, "print(0)")
+    assert len(program) < 20_000 and len(stdin) > 1_000_000
+    code = "import sys\nn = int(input())\nprint(sum(map(int, input().split())))\n"
+    assert task.run_tests(p, code) == [True]
+    assert task.run_tests(p, code.replace("sum(", "max(")) == [False]

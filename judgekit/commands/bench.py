@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from judgekit.errors import JudgekitError
 
 DEFAULT_PROMPTS = [
@@ -15,6 +13,8 @@ DEFAULT_PROMPTS = [
 
 
 def _prompts_for(args, pair) -> list[list[int]]:
+    import torch  # here, not at the top: `judgekit --help` must not pay for importing torch
+
     if args.pair in ("cpu", "qwen2.5"):
         g = torch.Generator().manual_seed(args.seed)
         return [torch.randint(0, pair.vocab_size, (args.prompt_len,), generator=g).tolist()
@@ -33,6 +33,8 @@ def _prompts_for(args, pair) -> list[list[int]]:
 
 
 def run_decode(args) -> int:
+    import torch
+
     from judgekit.bench import format_report, run_decode_bench, synthetic_pair
     from judgekit.models import load_model_pair
 
@@ -58,6 +60,8 @@ def run_decode(args) -> int:
 
 
 def run_mine(args) -> int:
+    import torch
+
     from judgekit.bench import format_mine_report, run_mine_bench
     from judgekit.mining import MineConfig
     from judgekit.models import load_model_pair

@@ -6,7 +6,6 @@ import argparse
 import json
 
 from judgekit.errors import JudgekitError
-from judgekit.rules import RULES
 
 
 def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -50,8 +49,10 @@ def add_rule_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         else:
             g.add_argument(flag, type=kind, default=default, **kw)
 
-    g.add_argument("--rule", nargs="+" if sweep else None, default=None if sweep else "lossless",
-                   help=f"one of: {', '.join(RULES)}" + (" (several for a comparison)" if sweep else ""))
+    g.add_argument("--rule", nargs="+" if sweep else None,  # names not listed: that would import torch for --help
+                   default=None if sweep else "lossless",
+                   help="verification rule (default lossless; an unknown name lists them all)"
+                        + ("; several for a comparison" if sweep else ""))
     arg("--lenience", float, 0.5, help="lenience l in (0, 1] (rule lenience)")
     arg("--lam", float, 0.5,
         help="interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling")
@@ -81,7 +82,8 @@ def add_sampling_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int)
     g.add_argument("--top-p", type=float)
-    g.add_argument("--max-new-tokens", type=int, default=None if sweep else 128)
+    g.add_argument("--max-new-tokens", type=int, default=None if sweep else 256,
+                   help="same default as evaluation and mining (judgekit eval, judgekit mine)")
     if not sweep:
         g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-chat-template", action="store_true", default=None if sweep else False,
@@ -94,7 +96,7 @@ def build_rule(args, pair=None):
     Without a pair this only validates and loads (cheap, before the models); with one, the judge is also
     checked against the pair and moved to its device (:func:`bind_rule`).
     """
-    from judgekit.rules import make_rule
+    from judgekit.rules import RULES, make_rule
 
     if args.rule not in RULES:
         raise JudgekitError(f"unknown rule {args.rule!r}; choose from {', '.join(RULES)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from judgekit.errors import JudgekitError
 
@@ -27,7 +28,25 @@ def distributed_env() -> tuple[int, int, int]:
     return rank, world, local
 
 
+def process_started() -> float:
+    """The time.monotonic() at which this process started (Linux, from /proc), else now.
+
+    The run's recorded wall time then covers interpreter start-up, imports and model loading, like `time`."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time in clock ticks
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return now - max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return now
+
+
 def run(args) -> int:
+    started = process_started()
+    import torch
+
     from judgekit.mining import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
@@ -37,22 +56,31 @@ def run(args) -> int:
         raise JudgekitError("--batch-size must be >= 1")
     if args.max_new_tokens < 1:
         raise JudgekitError("--max-new-tokens must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        raise JudgekitError("--threads must be >= 1")
     rank, world, local = distributed_env()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     task = get_task(args.task)
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
     device = args.device
     if device == "auto" and world > 1:
-        import torch
-
         device = f"cuda:{local % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
     pair = load_model_pair(args.target, args.draft, device, args.dtype)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
                           limit=args.limit, rank=rank, world_size=world, resume=args.resume,
-                          flush_every=args.flush_every, progress=not args.quiet, batch_size=args.batch_size)
+                          flush_every=args.flush_every, progress=not args.quiet, batch_size=args.batch_size,
+                          compact=not args.no_compact, started=started)
     print(f"rank {rank}/{world}: mined {summary['mined']} problems ({summary['skipped']} already done), "
           f"{summary['mismatches']} mismatches, {summary['important']} important -> {args.out}")
+    res = summary["compaction"]
+    if isinstance(res, str):
+        print(f"rank {rank}/{world}: not compacted: {res}")
+    elif res is not None and res.commits:
+        print(f"rank {rank}/{world}: compacted {res.commits} commits into {res.files_after} data files "
+              f"in {res.seconds:.1f}s")
     return 0
 
 
@@ -74,7 +102,11 @@ def register(sub) -> None:
                                                   "(indexes into transformers' hidden_states; -1 = final)")
     p.add_argument("--draft-features", action="store_true", help="also keep the draft's hidden state")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    p.add_argument("--flush-every", type=int, default=4, help="problems per committed shard")
+    p.add_argument("--flush-every", type=int, default=4,
+                   help="problems per commit (what a crash can lose); compaction merges the commits at the end")
+    p.add_argument("--no-compact", action="store_true",
+                   help="keep the small per-commit shards (compact later with `judgekit data compact`)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     p.add_argument("--no-chat-template", action="store_true")

@@ -19,6 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--cpu", type=float, default=None, help="CPU-time limit in seconds (default: the timeout)")
     run.add_argument("--memory-mb", type=int, default=1024, help="address-space limit in MiB (default 1024)")
     run.add_argument("--file-size-mb", type=int, default=64, help="largest file the program may write (MiB)")
+    run.add_argument("--disk-mb", type=int, default=128,
+                     help="writable space shared by the working directory, /tmp, /var/tmp, /dev/shm (MiB, "
+                          "RAM-backed; default 128; only where the filesystem is confined)")
     run.add_argument("--max-processes", type=int, default=32, help="process/thread limit (default 32)")
     run.add_argument("--network", action="store_true", help="keep the host network (isolated by default)")
     run.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
@@ -36,12 +39,13 @@ def _read(path: str, what: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     from judgekit.sandbox import SandboxLimits, run_program
 
-    if args.timeout <= 0 or args.memory_mb <= 0:
-        raise JudgekitError("--timeout and --memory-mb must be positive")
+    if args.timeout <= 0 or args.memory_mb <= 0 or args.disk_mb <= 0:
+        raise JudgekitError("--timeout, --memory-mb and --disk-mb must be positive")
     code = _read(args.file, "program")
     stdin = _read(args.stdin, "stdin file") if args.stdin else None
     limits = SandboxLimits(timeout_s=args.timeout, cpu_s=args.cpu, memory_mb=args.memory_mb,
-                           file_size_mb=args.file_size_mb, max_processes=args.max_processes, network=args.network)
+                           file_size_mb=args.file_size_mb, max_processes=args.max_processes, network=args.network,
+                           disk_mb=args.disk_mb)
     result = run_program(code, stdin=stdin, limits=limits)
     if args.json:
         print(json.dumps(result.to_dict()))

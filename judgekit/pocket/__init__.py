@@ -10,9 +10,24 @@ from pathlib import Path
 
 from judgekit.errors import JudgekitError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-POCKET_DIR = REPO_ROOT / "data" / "pocket"
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parents[1]
+# The models are kept (and rebuilt) in the repository's top-level data/pocket; a wheel carries a copy of that
+# directory inside the package, as judgekit/pocket/shipped (see setup.py), so installs need no checkout.
+INSTALLED_DIR = PACKAGE_DIR / "shipped"
+CHECKOUT_DIR = REPO_ROOT / "data" / "pocket"
 ALIASES = {"pocket-target": "target", "pocket-draft": "draft"}
+
+
+def find_pocket_dir(installed: Path = INSTALLED_DIR, checkout: Path = CHECKOUT_DIR) -> Path:
+    """Where the shipped pocket models are: the copy inside an installed package if there is one (a source
+    checkout never has it), else the checkout's data/pocket (editable installs, running from the repo)."""
+    if (installed / "target").is_dir():
+        return installed
+    return checkout
+
+
+POCKET_DIR = find_pocket_dir()
 
 
 def pocket_model_path(alias: str, root: Path | None = None) -> Path:

@@ -5,42 +5,77 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from judgekit.errors import JudgekitError
+from judgekit.tasks.base import Problem
 
 # --------------------------------------------------------------------------- data files
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a local data file: JSONL (optionally .gz), a JSON list, or Parquet."""
+    """Rows of a local data file: JSONL (optionally .gz), a JSON list, or Parquet.
+
+    Whatever is wrong with the file (missing, a directory, not the format its name says, not UTF-8, a bad
+    line, a row that is not an object) is one JudgekitError naming the file and, where it applies, the row.
+    """
     p = Path(path)
+    if p.is_dir():
+        raise JudgekitError(f"data file {str(p)!r} is a directory, not a JSONL/JSON/Parquet file")
     if not p.is_file():
         raise JudgekitError(f"data file {str(p)!r} does not exist")
     name = p.name.lower()
     if name.endswith(".parquet"):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(p).to_pylist()
-    opener: Callable[..., Any] = gzip.open if name.endswith(".gz") else open
-    with opener(p, "rt", encoding="utf-8") as f:
-        text = f.read()
-    if name.endswith((".json", ".json.gz")) and text.lstrip().startswith("["):
-        rows = json.loads(text)
+        try:
+            rows = pq.read_table(p).to_pylist()
+        except (pa.ArrowException, OSError) as err:
+            raise JudgekitError(f"{p}: not a readable Parquet file ({type(err).__name__}: {err})") from None
     else:
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
+        text = _read_text(p, gzipped=name.endswith(".gz"))
+        if name.endswith((".json", ".json.gz")) and text.lstrip().startswith("["):
             try:
-                rows.append(json.loads(line))
+                rows = json.loads(text)
             except json.JSONDecodeError as err:
-                raise JudgekitError(f"{p}:{lineno}: not a JSON line ({err.msg})") from None
-    if not all(isinstance(r, dict) for r in rows):
-        raise JudgekitError(f"{p}: every row must be a JSON object")
+                raise JudgekitError(f"{p}: not a JSON list ({err.msg} at line {err.lineno})") from None
+            if not isinstance(rows, list):
+                raise JudgekitError(f"{p}: expected a JSON list of objects")
+        else:
+            rows = []
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise JudgekitError(f"{p}:{lineno}: not a JSON line ({err.msg})") from None
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise JudgekitError(f"{p}: row {i + 1} is a {type(r).__name__}, not a JSON object")
     return rows
+
+
+def _read_text(p: Path, gzipped: bool) -> str:
+    try:
+        if gzipped:
+            with gzip.open(p, "rb") as f:
+                data = f.read()
+        else:
+            data = p.read_bytes()
+    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError
+        kind = "gzip " if gzipped else ""
+        raise JudgekitError(f"{p}: not a readable {kind}file ({type(err).__name__}: {err})") from None
+    if data[:2] == b"\x1f\x8b":
+        raise JudgekitError(f"{p}: the file is gzip-compressed; name it *.gz")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JudgekitError(f"{p}: not UTF-8 text (byte {err.start}); expected JSONL, JSON or Parquet") from None
 
 
 def require_fields(rows: list[dict[str, Any]], fields: Iterable[str], path: str) -> None:
@@ -49,7 +84,31 @@ def require_fields(rows: list[dict[str, Any]], fields: Iterable[str], path: str)
     for i, row in enumerate(rows):
         missing = [f for f in fields if f not in row]
         if missing:
-            raise JudgekitError(f"{path}: row {i} lacks field(s) {', '.join(missing)}; expected {', '.join(fields)}")
+            raise JudgekitError(f"{path}: row {i + 1} lacks field(s) {', '.join(missing)}; "
+                                f"expected {', '.join(fields)}")
+
+
+def text_field(row: dict[str, Any], key: str, where: str, numbers: bool = False) -> str:
+    """A row's field as a non-empty string (`numbers=True` also accepts an int/float and writes it out):
+    a null, a number or an empty value is an error naming the row instead of a silent "None" in a prompt."""
+    value = row.get(key)
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        shown = "missing" if key not in row else f"{type(value).__name__} {value!r}"[:80]
+        kind = "a non-empty string or a number" if numbers else "a non-empty string"
+        raise JudgekitError(f"{where}: field {key!r} must be {kind}, got {shown}")
+    return value
+
+
+def problems_from_file(path: str, task: str, limit: int | None) -> list[Problem]:
+    """Problems saved as rows {problem_id, question, reference, meta} (e.g. a fixed copy of a generated
+    pocket split), in any format `read_records` reads."""
+    rows = read_records(path)
+    require_fields(rows, ("problem_id", "question", "reference"), path)
+    return [Problem(task, str(row["problem_id"]), text_field(row, "question", f"{path}: row {i + 1}"),
+                    row["reference"], row.get("meta") or {})
+            for i, row in enumerate(apply_limit(rows, limit))]
 
 
 def load_hub(hub_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
@@ -86,16 +145,22 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 def render_prompt(user_text: str, tokenizer: Any = None, chat_template: bool = True,
-                  completion_prefix: str = "") -> str:
-    """The model input: the tokenizer's chat template around one user turn when available, else plain text.
+                  completion_prefix: str = "", shots: Iterable[tuple[str, str]] = (),
+                  plain: str | None = None) -> str:
+    """The model input: judgekit's one chat-template renderer.
 
-    `completion_prefix` is appended after the assistant header (or the plain text) to steer the format.
+    With a tokenizer that has a chat template (and `chat_template`), the few-shot `shots` become alternating
+    user/assistant turns before the user turn `user_text`, and the template's generation prompt follows;
+    otherwise the text is `plain` (a task's own plain-text layout) or `user_text`. `completion_prefix` is
+    appended in both cases to steer the format.
     """
     if chat_template and has_chat_template(tokenizer):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False,
-                                             add_generation_prompt=True)
-        return text + completion_prefix
-    return user_text + completion_prefix
+        messages: list[dict[str, str]] = []
+        for q, a in shots:
+            messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        messages.append({"role": "user", "content": user_text})
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + completion_prefix
+    return (user_text if plain is None else plain) + completion_prefix
 
 
 # --------------------------------------------------------------------------- code blocks
@@ -176,3 +241,73 @@ def last_number(text: str) -> str | None:
         if norm is not None:
             return norm
     return None
+
+
+# --------------------------------------------------------------------------- values out of a sandbox
+
+# Source of `_jk_enc`, pasted into sandboxed harness programs: a returned value as JSON with tags for what
+# JSON cannot carry (tuples, sets, non-string dict keys, complex, inf/nan, bytes), so the trusted process can
+# rebuild it exactly (`decode_value`) and compare it there, not inside the sandbox where the code under test
+# could interfere with the comparison.
+VALUE_ENCODER = '''import math as _jk_math
+def _jk_enc(v):
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if _jk_math.isfinite(v) else {"f": str(v)}
+    if isinstance(v, complex):
+        return {"c": [v.real, v.imag]}
+    if isinstance(v, list):
+        return [_jk_enc(x) for x in v]
+    if isinstance(v, tuple):
+        return {"t": [_jk_enc(x) for x in v]}
+    if isinstance(v, frozenset):
+        return {"fs": [_jk_enc(x) for x in v]}
+    if isinstance(v, set):
+        return {"s": [_jk_enc(x) for x in v]}
+    if isinstance(v, dict):
+        return {"d": [[_jk_enc(k), _jk_enc(x)] for k, x in v.items()]}
+    if isinstance(v, bytes):
+        return {"b": v.hex()}
+    return {"r": repr(v)[:1000]}
+'''
+
+
+class Opaque:
+    """A returned value JSON cannot carry (e.g. an object); equal only to another with the same repr."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.text!r})"
+
+
+def decode_value(obj: Any) -> Any:
+    """Inverse of the harness's `_jk_enc`: tagged JSON -> tuples, sets, dicts, complex numbers."""
+    if isinstance(obj, list):
+        return [decode_value(v) for v in obj]
+    if isinstance(obj, dict):
+        (tag, val), = obj.items()
+        if tag == "t":
+            return tuple(decode_value(v) for v in val)
+        if tag == "s":
+            return {decode_value(v) for v in val}
+        if tag == "fs":
+            return frozenset(decode_value(v) for v in val)
+        if tag == "d":
+            return {decode_value(k): decode_value(v) for k, v in val}
+        if tag == "c":
+            return complex(val[0], val[1])
+        if tag == "f":
+            return float(val)
+        if tag == "b":
+            return bytes.fromhex(val)
+        return Opaque(str(val))
+    return obj

@@ -26,7 +26,9 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import apply_limit, check_split, code_fence_closed, render_prompt
+from judgekit.tasks.common import Opaque  # noqa: F401 - re-exported (tests, older imports)
+from judgekit.tasks.common import VALUE_ENCODER, apply_limit, check_split, code_fence_closed, decode_value
+from judgekit.tasks.common import render_prompt
 from judgekit.tasks.humaneval import candidate_program
 
 CHAT_INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a "
@@ -62,71 +64,12 @@ def py_literal(value: Any) -> str:
     raise JudgekitError(f"cannot embed a test input of type {type(value).__name__}")
 
 
-class Opaque:
-    """A returned value JSON cannot carry (e.g. an object); equal only to another with the same repr."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Opaque) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
-
-    def __repr__(self) -> str:
-        return f"Opaque({self.text!r})"
-
-
-def decode_value(obj: Any) -> Any:
-    """Inverse of the harness's `_jk_enc`: tagged JSON -> tuples, sets, dicts, complex numbers."""
-    if isinstance(obj, list):
-        return [decode_value(v) for v in obj]
-    if isinstance(obj, dict):
-        (tag, val), = obj.items()
-        if tag == "t":
-            return tuple(decode_value(v) for v in val)
-        if tag == "s":
-            return {decode_value(v) for v in val}
-        if tag == "fs":
-            return frozenset(decode_value(v) for v in val)
-        if tag == "d":
-            return {decode_value(k): decode_value(v) for k, v in val}
-        if tag == "c":
-            return complex(val[0], val[1])
-        if tag == "f":
-            return float(val)
-        if tag == "b":
-            return bytes.fromhex(val)
-        return Opaque(str(val))
-    return obj
-
-
 # The test program's harness (runs in the sandbox). Outputs are printed as tagged JSON after a marker; the
 # candidate's own prints go to /dev/null.
 HARNESS = r'''
 import contextlib as _jk_cl, copy as _jk_copy, json as _jk_json, math as _jk_math, os as _jk_os, signal as _jk_sig, sys as _jk_sys, time as _jk_time
 _jk_out = _jk_os.fdopen(_jk_os.dup(1), "w")
-def _jk_enc(v):
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if _jk_math.isfinite(v) else {"f": str(v)}
-    if isinstance(v, complex):
-        return {"c": [v.real, v.imag]}
-    if isinstance(v, list):
-        return [_jk_enc(x) for x in v]
-    if isinstance(v, tuple):
-        return {"t": [_jk_enc(x) for x in v]}
-    if isinstance(v, frozenset):
-        return {"fs": [_jk_enc(x) for x in v]}
-    if isinstance(v, set):
-        return {"s": [_jk_enc(x) for x in v]}
-    if isinstance(v, dict):
-        return {"d": [[_jk_enc(k), _jk_enc(x)] for k, x in v.items()]}
-    if isinstance(v, bytes):
-        return {"b": v.hex()}
-    return {"r": repr(v)[:1000]}
+ENCODER
 class _JkTimeout(BaseException):
     pass
 def _jk_alarm(*_):
@@ -163,7 +106,7 @@ for _jk_i, (_jk_inp, _jk_lim) in enumerate(zip(INPUTS, LIMITS)):
 def harness_program(source: str, entry_point: str, inputs: list[Any], limits: list[float]) -> str:
     header = (f"MARK = {MARK!r}\nSOURCE = {source!r}\nENTRY = {entry_point!r}\n"
               f"INPUTS = {py_literal(list(inputs))}\nLIMITS = {limits!r}\n")
-    return header + HARNESS
+    return header + HARNESS.replace("ENCODER", VALUE_ENCODER, 1)
 
 
 def parse_records(stdout: str, n: int) -> tuple[list[dict[str, Any] | None], str | None]:
@@ -256,6 +199,8 @@ class _EvalPlusTask(Task):
         module = importlib.import_module(f"evalplus.data.{self.dataset}")
         attr = self.env_var  # evalplus keeps the override path in a module global of the same name
         path = data_file or os.environ.get(self.env_var) or getattr(module, attr, None)
+        if data_file and os.path.isdir(data_file):
+            raise JudgekitError(f"data file {data_file!r} is a directory, not a .jsonl/.jsonl.gz file")
         if data_file and not os.path.isfile(data_file):
             raise JudgekitError(f"data file {data_file!r} does not exist")
         old = getattr(module, attr, None)
@@ -275,12 +220,14 @@ class _EvalPlusTask(Task):
     def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
         check_split(self.name, split, self.splits, data_file)
         rows = list(self._evalplus_rows(data_file).values())
-        return [self._problem(row) for row in apply_limit(rows, limit)]
+        source = data_file or self.name
+        return [self.make_problem(row, f"{source}: row {i + 1}", i, split)
+                for i, row in enumerate(apply_limit(rows, limit))]
 
-    def _problem(self, row: dict[str, Any]) -> Problem:
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
         for key in ("task_id", "prompt", "canonical_solution", "entry_point", "base_input", "plus_input"):
             if key not in row:
-                raise JudgekitError(f"{self.name}: row lacks field {key!r}")
+                raise JudgekitError(f"{where}: row lacks field {key!r}")
         inputs = list(row["base_input"]) + list(row["plus_input"])
         reference = {"entry_point": row["entry_point"], "n_base": len(row["base_input"]),
                      "inputs": py_literal(inputs), "atol": float(row.get("atol") or 0)}
@@ -291,10 +238,8 @@ class _EvalPlusTask(Task):
     # ------------------------------------------------------------------ prompting
     def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
                      few_shot: int = 0) -> str:
-        if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question.strip()), tokenizer,
-                                 chat_template, completion_prefix="")
-        return problem.question
+        return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question.strip()), tokenizer, chat_template,
+                             plain=problem.question)
 
     # ------------------------------------------------------------------ running
     def _inputs(self, problem: Problem) -> list[Any]:

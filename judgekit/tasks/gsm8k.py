@@ -7,16 +7,7 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import (
-    apply_limit,
-    check_split,
-    load_hub,
-    normalize_number,
-    read_records,
-    render_prompt,
-    require_fields,
-    NUMBER_RE,
-)
+from judgekit.tasks.common import NUMBER_RE, normalize_number, render_prompt, text_field
 
 INSTRUCTION = ("Solve the following math problem step by step. "
                "End your answer with a final line of the form '#### <number>'.")
@@ -41,14 +32,14 @@ _HASH_DONE_RE = re.compile(r"####[^\n]*\d[^\n]*\n")
 _FINAL_DONE_RE = re.compile(r"final answer is\b[^\n]*?\d(?:[^\n]*?)(?:\.(?=\s)|\n)", re.I)
 
 
-def gold_answer(solution: str) -> str:
+def gold_answer(solution: str, where: str = "GSM8K answer") -> str:
     """The gold number of a GSM8K `answer` field: what follows the last '#### '."""
     if "####" not in solution:
-        raise JudgekitError("GSM8K answer has no '#### N' line")
+        raise JudgekitError(f"{where}: the answer has no '#### N' line")
     tail = solution.rsplit("####", 1)[1].strip()
     norm = normalize_number(tail.splitlines()[0]) if tail else None
     if norm is None:
-        raise JudgekitError(f"GSM8K answer has no number after '####': {solution[-60:]!r}")
+        raise JudgekitError(f"{where}: the answer has no number after '####': {solution[-60:]!r}")
     return norm
 
 
@@ -90,28 +81,20 @@ class GSM8K(Task):
     splits = ("train", "test")
     stop_strings = ("\n\nQuestion:",)
 
-    def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
-        check_split(self.name, split, self.splits, data_file)
-        if data_file:
-            rows = read_records(data_file)
-            require_fields(rows, ("question", "answer"), data_file)
-        else:
-            rows = load_hub("openai/gsm8k", "main", split)
-        rows = apply_limit(rows, limit)
-        return [self._problem(i, row, split) for i, row in enumerate(rows)]
+    fields = ("question", "answer")
+    hub = ("openai/gsm8k", "main")
 
-    def _problem(self, index: int, row: dict[str, Any], split: str) -> Problem:
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
         pid = str(row.get("id", f"{split}-{index}"))
-        return Problem(task=self.name, problem_id=pid, question=row["question"],
-                       reference=gold_answer(row["answer"]), meta={"solution": row["answer"]})
+        solution = text_field(row, "answer", where)  # the worked solution ending in '#### N', not a bare number
+        return Problem(task=self.name, problem_id=pid, question=text_field(row, "question", where),
+                       reference=gold_answer(solution, where), meta={"solution": solution})
 
     def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
                      few_shot: int = 0) -> str:
         shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in FEW_SHOT[:max(0, few_shot)])
-        if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            text = f"{INSTRUCTION}\n\n{shots}Question: {problem.question}"
-            return render_prompt(text, tokenizer, chat_template)
-        return f"{INSTRUCTION}\n\n{shots}Question: {problem.question}\nAnswer:"
+        text = f"{INSTRUCTION}\n\n{shots}Question: {problem.question}"
+        return render_prompt(text, tokenizer, chat_template, plain=text + "\nAnswer:")
 
     def extract_outcome(self, problem: Problem, completion: str) -> Outcome:
         return extract_answer(completion)

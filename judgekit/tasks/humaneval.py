@@ -12,8 +12,7 @@ from typing import Any
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import apply_limit, check_split, code_fence_closed, last_code_block, read_records
-from judgekit.tasks.common import render_prompt, require_fields
+from judgekit.tasks.common import code_fence_closed, last_code_block, render_prompt, text_field
 
 FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 CHAT_INSTRUCTION = ("Complete the following Python function. Return the whole function (with any imports it "
@@ -59,23 +58,26 @@ class HumanEval(Task):
     def __init__(self, timeout_s: float = 10.0, memory_mb: int = 2048, workers: int | None = None) -> None:
         self.timeout_s, self.memory_mb, self.workers = timeout_s, memory_mb, workers
 
-    def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
-        check_split(self.name, split, self.splits, data_file)
-        path = data_file or humaneval_default_path()
-        rows = read_records(path)
-        require_fields(rows, FIELDS, path)
-        return [self._problem(row) for row in apply_limit(rows, limit)]
+    fields = FIELDS
 
-    def _problem(self, row: dict[str, Any]) -> Problem:
-        return Problem(task=self.name, problem_id=row["task_id"], question=row["prompt"],
-                       reference={"test": row["test"], "entry_point": row["entry_point"]},
-                       meta={"canonical_solution": row["canonical_solution"], "entry_point": row["entry_point"]})
+    def default_rows(self, split: str) -> list[dict[str, Any]]:
+        from judgekit.tasks.common import read_records
+
+        return read_records(humaneval_default_path())
+
+    def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
+        prompt, test, entry = (text_field(row, k, where) for k in ("prompt", "test", "entry_point"))
+        if not entry.isidentifier():
+            raise JudgekitError(f"{where}: entry_point {entry!r} is not a function name")
+        return Problem(task=self.name, problem_id=text_field(row, "task_id", where), question=prompt,
+                       reference={"test": test, "entry_point": entry},
+                       meta={"canonical_solution": row["canonical_solution"], "entry_point": entry})
 
     def build_prompt(self, problem: Problem, tokenizer: Any = None, chat_template: bool = True,
                      few_shot: int = 0) -> str:
-        if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question), tokenizer, chat_template)
-        return problem.question  # a base model continues the function body
+        # a base model (no chat template) continues the function body
+        return render_prompt(CHAT_INSTRUCTION.format(prompt=problem.question), tokenizer, chat_template,
+                             plain=problem.question)
 
     def program(self, problem: Problem, completion: str) -> str:
         ref = problem.reference

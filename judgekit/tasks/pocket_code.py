@@ -16,9 +16,10 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from judgekit.pocket.common import check_split, split_of, split_rng, stable_hash, weighted
+from judgekit.pocket.common import split_of, split_rng, stable_hash, weighted
 from judgekit.tasks.base import Outcome, Problem
-from judgekit.tasks.pocket_math import _EOS_MARKERS, PocketTask, _load_jsonl
+from judgekit.tasks.common import check_split, problems_from_file
+from judgekit.tasks.pocket_math import _EOS_MARKERS, PocketTask
 
 TEST_FRACTION = 0.25
 DEFAULT_SIZES = {"train": 2000, "test": 200}
@@ -352,7 +353,7 @@ class PocketCode(PocketTask):
 
     def sample(self, split: str, rng: random.Random) -> Problem:
         """One random problem of `split`, family first so that large families do not dominate."""
-        check_split(split)
+        check_split(self.name, split, self.splits, None)
         while True:
             family = rng.choice(sorted(FAMILIES))
             params = tuple(FAMILIES[family].params(rng))
@@ -361,8 +362,8 @@ class PocketCode(PocketTask):
 
     def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
         if data_file:
-            return _load_jsonl(data_file, self.name, limit)
-        check_split(split)
+            return problems_from_file(data_file, self.name, limit)
+        check_split(self.name, split, self.splits, None)
         n = DEFAULT_SIZES[split] if limit is None else limit
         rng = split_rng(self.seed, split, self.name)
         seen: set[str] = set()
@@ -381,7 +382,7 @@ class PocketCode(PocketTask):
                     live.remove(family)
                     continue
                 seen.add(self.key(family, found))
-                problems.append(self._make(family, found, split, f"s{self.seed}-{split}-{len(problems):05d}"))
+                problems.append(self._make(family, found, split, f"{self.name}/s{self.seed}-{split}-{len(problems):05d}"))
                 if len(problems) == n:
                     break
         return problems

@@ -9,15 +9,14 @@ makes both harmless mismatches (phrasing) and answer-changing ones (digits).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from judgekit.pocket.common import check_split, split_of, split_rng, weighted
+from judgekit.pocket.common import split_of, split_rng, weighted
 from judgekit.tasks.base import Outcome, Problem, Task
+from judgekit.tasks.common import check_split, normalize_number, problems_from_file, render_prompt
 
 TEST_FRACTION = 0.2
 DEFAULT_SIZES = {"train": 20000, "test": 500}
@@ -257,16 +256,6 @@ def render_solution(steps: list[Step], rng: random.Random | None = None) -> str:
     return "\n".join(lines)
 
 
-def normalize_number(text: str) -> str | None:
-    """'1,200' -> '1200', '19.0' -> '19'; None if it is not a number."""
-    text = text.replace(",", "").strip()
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return str(int(value)) if value == int(value) else str(value)
-
-
 class PocketTask(Task):
     """What the two pocket generators share: sampling equivalent solutions and building prompts."""
 
@@ -310,7 +299,7 @@ class PocketMath(PocketTask):
 
     def sample(self, split: str, rng: random.Random) -> Problem:
         """One random problem of `split` (may repeat earlier ones; training uses this directly)."""
-        check_split(split)
+        check_split(self.name, split, self.splits, None)
         while True:
             template = rng.choice(sorted(TEMPLATES))
             sampler, _ = TEMPLATES[template]
@@ -329,8 +318,8 @@ class PocketMath(PocketTask):
 
     def load(self, split: str = "test", limit: int | None = None, data_file: str | None = None) -> list[Problem]:
         if data_file:
-            return _load_jsonl(data_file, self.name, limit)
-        check_split(split)
+            return problems_from_file(data_file, self.name, limit)
+        check_split(self.name, split, self.splits, None)
         n = DEFAULT_SIZES[split] if limit is None else limit
         rng = split_rng(self.seed, split, self.name)
         seen: set[str] = set()
@@ -341,7 +330,7 @@ class PocketMath(PocketTask):
             if k in seen:
                 continue
             seen.add(k)
-            problems.append(Problem(p.task, f"s{self.seed}-{split}-{len(problems):05d}", p.question,
+            problems.append(Problem(p.task, f"{self.name}/s{self.seed}-{split}-{len(problems):05d}", p.question,
                                     p.reference, p.meta))
         return problems
 
@@ -369,26 +358,6 @@ def format_prompt(question: str, tokenizer: Any = None, chat_template: bool = Tr
                   shots: list[tuple[str, str]] | None = None) -> str:
     """Chat template when the tokenizer has one (and it is asked), else "Question: ...\\nAnswer: "."""
     shots = shots or []
-    if chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        messages = []
-        for q, a in shots:
-            messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-        messages.append({"role": "user", "content": question})
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     prefix = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in shots)
-    return f"{prefix}Question: {question}\nAnswer: "
-
-
-def _load_jsonl(path: str, task: str, limit: int | None) -> list[Problem]:
-    """Problems saved as JSONL rows {problem_id, question, reference, meta}."""
-    problems = []
-    with Path(path).open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            problems.append(Problem(task, str(row["problem_id"]), row["question"], row["reference"],
-                                    row.get("meta", {})))
-            if limit is not None and len(problems) >= limit:
-                break
-    return problems
+    return render_prompt(question, tokenizer, chat_template, shots=shots,
+                         plain=f"{prefix}Question: {question}\nAnswer: ")

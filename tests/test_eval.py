@@ -195,7 +195,7 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------ configs
 
-CONFIGS = sorted((ROOT / "eval" / "configs").glob("*.*"))
+CONFIGS = sorted((ROOT / "eval" / "configs").glob("*.*")) + [ROOT / "judgekit" / "configs" / "pocket-demo.toml"]
 
 
 def test_toml_and_yaml_configs_with_sweeps_and_cli_overrides(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """`judgekit demo`: mine -> train -> evaluate on the embedded pocket world (no downloads, a few minutes on CPU).
 
 Each stage is the real one: `mine_to_dir` (what `judgekit mine` runs), `judgekit train`, and `judgekit eval` with
-the sweep of eval/configs/pocket-demo.toml, so the demo is the pipeline a user runs on a real pair, shrunk.
+the sweep of judgekit/configs/pocket-demo.toml, so the demo is the pipeline a user runs on a real pair, shrunk.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ MINED_TASKS = ("pocket-math", "pocket-code")
 
 
 def demo_config() -> Path:
-    from judgekit.models import REPO_ROOT
-
-    return REPO_ROOT / "eval" / "configs" / "pocket-demo.toml"
+    """The demo's sweep, shipped inside the package so that an installed judgekit has it."""
+    return Path(__file__).resolve().parent.parent / "configs" / "pocket-demo.toml"
 
 
 def _mix_label(mix: str) -> str:
@@ -113,7 +112,7 @@ def register(sub) -> None:
     p = sub.add_parser("demo", help="mine -> train -> evaluate on the embedded pocket world",
                        description="The whole pipeline on the pocket world: mine pocket-math and pocket-code "
                                    "training problems, train judges on 9:1 (and 1:9) math:code mixes, then "
-                                   "`judgekit eval` the rules (eval/configs/pocket-demo.toml) on held-out "
+                                   "`judgekit eval` the rules (judgekit/configs/pocket-demo.toml) on held-out "
                                    "problems, greedy and sampled; prints the summary tables and writes plots. "
                                    "Rerunning with the same --out resumes every stage.")
     p.add_argument("--out", help="output directory (default: a new temporary directory)")

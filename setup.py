@@ -9,6 +9,6 @@ POCKET_DATA = ["*.json", "*.md", "target/*", "draft/*"]
 setup(
     packages=find_packages(include=["judgekit", "judgekit.*"]) + ["judgekit.pocket.shipped"],
     package_dir={"judgekit.pocket.shipped": "data/pocket"},
-    package_data={"judgekit": ["py.typed"], "judgekit.pocket.shipped": POCKET_DATA},
+    package_data={"judgekit": ["py.typed", "configs/*.toml"], "judgekit.pocket.shipped": POCKET_DATA},
     include_package_data=False,
 )

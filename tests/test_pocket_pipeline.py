@@ -48,11 +48,3 @@ def test_lookup_draft():
     assert lookup_draft([1, 2, 3, 9, 1, 2], [], 2) == [3, 9]  # else the sequence itself
     assert lookup_draft([4, 5], [1, 2, 3], 3) == []
     assert lookup_draft([1, 2], [1, 2, 3], 0) == []
-
-
-def test_demo_runs_end_to_end(tmp_path, capsys):
-    assert main(["demo", "--problems", "2", "--mine-problems", "3", "--out", str(tmp_path / "mined"),
-                 "--device", "cpu"]) == 0
-    out = capsys.readouterr().out
-    for expected in ("lossless", "speccascade", "minp p_base=0.1 (matched)", "mining directory", "important"):
-        assert expected in out

@@ -1,75 +1,130 @@
-"""`judgekit demo`: the whole pipeline that exists so far, on the embedded pocket world (no downloads)."""
+"""`judgekit demo`: mine -> train -> evaluate on the embedded pocket world (no downloads, a few minutes on CPU).
+
+Each stage is the real one: `mine_to_dir` (what `judgekit mine` runs), `judgekit train`, and `judgekit eval` with
+the sweep of judgekit/configs/pocket-demo.toml, so the demo is the pipeline a user runs on a real pair, shrunk.
+"""
 
 from __future__ import annotations
 
 import tempfile
+import time
+from pathlib import Path
+
+from judgekit.errors import JudgekitError
+
+MINED_TASKS = ("pocket-math", "pocket-code")
+
+
+def demo_config() -> Path:
+    """The demo's sweep, shipped inside the package so that an installed judgekit has it."""
+    return Path(__file__).resolve().parent.parent / "configs" / "pocket-demo.toml"
+
+
+def _mix_label(mix: str) -> str:
+    return "judge-" + mix.replace(":", "to")
 
 
 def run(args) -> int:
     import torch
 
-    from judgekit.decoding import SamplingConfig
-    from judgekit.evaluation import evaluate_rule, format_table
+    from judgekit.cli import build_parser
+    from judgekit.cli import main as cli_main
+    from judgekit.commands import eval as eval_cmd
     from judgekit.mining import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
-    from judgekit.rules import make_rule
-    from judgekit.store import dir_stats, format_stats, validate_dir
+    from judgekit.store import dir_stats
     from judgekit.tasks import get_task
+
+    try:
+        counts = [int(x) for x in str(args.mine_problems).split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if len(counts) == 1:
+        counts *= len(MINED_TASKS)
+    if args.problems < 1 or len(counts) != len(MINED_TASKS) or min(counts) < 1:
+        raise JudgekitError("--problems must be >= 1 and --mine-problems one count >= 1 or MATH,CODE")
+    mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    start = time.perf_counter()
+    steps = 2 + len(tasks)
+
+    def stage(i: int, text: str) -> None:
+        print(f"\n== [{i}/{steps}] {text}  (t={time.perf_counter() - start:.0f}s)", flush=True)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    print("== loading the pocket pair (data/pocket: a trained target and a weaker draft, one tokenizer)")
+    out = Path(args.out or tempfile.mkdtemp(prefix="judgekit-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"judgekit demo -> {out}  (pocket world: a trained target and a weaker draft, one tokenizer)")
     pair = load_model_pair("pocket-target", "pocket-draft", args.device, "auto")
-    task = get_task("pocket-math")
-    problems = task.load("test", limit=args.problems)
-    print(f"== speculative decoding of {len(problems)} held-out pocket-math problems, greedy, gamma={args.block_size}")
-    rules = [
-        ("lossless", make_rule("lossless")),
-        ("cos lambda=0.5", make_rule("cos", lam=0.5)),
-        ("fuzzy kl<1.0", make_rule("fuzzy", threshold=1.0, divergence="kl")),
-        ("speccascade p_base=0.3", make_rule("speccascade", p_base=0.3)),
-        ("typical eps=0.3 delta=0.5", make_rule("typical", epsilon=0.3, delta=0.5)),
-    ]
-    scores = [evaluate_rule(pair, task, problems, rule, label, block_size=args.block_size,
-                            max_new_tokens=args.max_new_tokens) for label, rule in rules]
-    print(format_table(scores))
-    print(f"\n== the same problems sampled at temperature {args.temperature}: each truncation rule beside its "
-          "matched baseline (the truncated target verified losslessly)")
-    sampled = [
-        ("lossless", make_rule("lossless")),
-        ("lenience l=0.5", make_rule("lenience", lenience=0.5)),
-        ("cos lambda=0.5", make_rule("cos", lam=0.5)),
-        ("speccascade p_base=0.1", make_rule("speccascade", p_base=0.1)),
-        ("minp p_base=0.1 (matched)", make_rule("minp", p_base=0.1)),
-        ("typical eps=0.05 delta=0.3", make_rule("typical", epsilon=0.05, delta=0.3)),
-        ("eta eps=0.05 delta=0.3 (matched)", make_rule("eta", epsilon=0.05, delta=0.3)),
-    ]
-    sampling = SamplingConfig(temperature=args.temperature)
-    scores = [evaluate_rule(pair, task, problems, rule, label, sampling=sampling, block_size=args.block_size,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed) for label, rule in sampled]
-    print(format_table(scores))
-    out = args.out or tempfile.mkdtemp(prefix="judgekit-demo-")
-    print(f"\n== mining {args.mine_problems} pocket-math training problems into {out}")
-    mine_to_dir(pair, task, task.load("train", limit=args.mine_problems), out,
-                MineConfig(max_new_tokens=args.max_new_tokens), split="train", limit=args.mine_problems,
-                resume=True, flush_every=1, progress=False)
-    validate_dir(out)
-    print(format_stats(dir_stats(out)))
+
+    stage(1, "mining " + " and ".join(f"{n} {t}" for n, t in zip(counts, MINED_TASKS))
+          + " training problems (semi-greedy counterfactual substitution)")
+    mined = []
+    for name, count in zip(MINED_TASKS, counts):
+        task = get_task(name)
+        target_dir = out / "mined" / name
+        t0 = time.perf_counter()
+        mine_to_dir(pair, task, task.load("train", limit=count), str(target_dir),
+                    MineConfig(max_new_tokens=args.max_new_tokens), split="train", limit=count,
+                    resume=True, flush_every=4, progress=False)
+        s = dir_stats(target_dir)
+        print(f"   {name}: {s['problems']} problems, {s['mismatches']} mismatches, {s['important']} important "
+              f"({time.perf_counter() - t0:.0f}s) -> {target_dir}", flush=True)
+        mined.append(str(target_dir))
+
+    stage(2, f"training judges on the {' and '.join(mixes)} math:code mixes (`judgekit train`)")
+    judges = []
+    for mix in mixes:
+        judge_dir = out / "judges" / _mix_label(mix)
+        if not (judge_dir / "judge_config.json").exists():
+            # In-process `judgekit train`; a refusal (e.g. too few mismatches mined) is reported, not fatal.
+            code = cli_main(["train", "--data", *mined, "--mix", mix, "--out", str(judge_dir), "--quiet",
+                             "--accelerator", "cpu", "--devices", "1", "--max-epochs", str(args.train_epochs)])
+            if code != 0:
+                print(f"   the {mix} judge was not trained (see the error above); evaluating without it "
+                      "(mine more problems: --mine-problems)", flush=True)
+                continue
+        judges.append(str(judge_dir))
+
+    def drop_judge(sweeps):
+        if judges:
+            return sweeps
+        kept = [{**s, "rule": [r for r in s["rule"] if r != "judge"]} for s in sweeps]
+        return [s for s in kept if s["rule"]]
+
+    parser = build_parser()
+    for i, name in enumerate(tasks, 3):
+        stage(i, f"evaluating on {args.problems} held-out {name} problems: lossless, lenience, CoS, the judges "
+                 "(percentile thresholds), speccascade/minp, typical/eta; greedy and sampled")
+        eval_args = parser.parse_args([
+            "eval", "--config", str(demo_config()), "--task", name, *(["--judge", *judges] if judges else []),
+            "--limit", str(args.problems), "--out", str(out / "eval" / name), "--max-new-tokens",
+            str(args.max_new_tokens), "--title", f"{name} (pocket world)", *(["--quiet"] if args.quiet else [])])
+        eval_cmd.run(eval_args, pair=pair, sweep_filter=drop_judge)
+    print(f"\n== done in {time.perf_counter() - start:.0f}s. Plots: "
+          + ", ".join(str(p) for p in sorted((out / "eval").glob("*/*.png"))))
+    print(f"   compare tasks: judgekit plot {' '.join(str(out / 'eval' / t) for t in tasks)} --out cmp.png")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run the pipeline end to end on the embedded pocket world",
-                       description="Speculative decoding with several acceptance rules on held-out pocket-math "
-                                   "problems, greedy and sampled (accuracy, block efficiency, tokens/s), then "
-                                   "counterfactual mining of a few training problems and their summary.")
-    p.add_argument("--problems", type=int, default=20, help="held-out problems to decode per rule")
-    p.add_argument("--mine-problems", type=int, default=6)
-    p.add_argument("--block-size", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--out", help="mining output directory (default: a new temporary directory)")
-    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the sampled comparison")
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("demo", help="mine -> train -> evaluate on the embedded pocket world",
+                       description="The whole pipeline on the pocket world: mine pocket-math and pocket-code "
+                                   "training problems, train judges on 9:1 (and 1:9) math:code mixes, then "
+                                   "`judgekit eval` the rules (judgekit/configs/pocket-demo.toml) on held-out "
+                                   "problems, greedy and sampled; prints the summary tables and writes plots. "
+                                   "Rerunning with the same --out resumes every stage.")
+    p.add_argument("--out", help="output directory (default: a new temporary directory)")
+    p.add_argument("--problems", type=int, default=30, help="held-out problems per task to evaluate")
+    p.add_argument("--mine-problems", default="48,24",
+                   help="training problems to mine: MATH,CODE (pocket-code rollouts run tests, so cost more) or "
+                        "one count for both")
+    p.add_argument("--mixes", default="9:1,1:9", help="math:code mixes to train judges on, comma-separated")
+    p.add_argument("--tasks", default="pocket-math,pocket-code", help="tasks to evaluate, comma-separated")
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--train-epochs", type=int, default=30)
     p.add_argument("--threads", type=int, help="CPU threads for torch")
     p.add_argument("--device", default="auto")
+    p.add_argument("--quiet", action="store_true", help="no per-point progress lines")
     p.set_defaults(func=run)

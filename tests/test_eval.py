@@ -1,0 +1,316 @@
+"""`judgekit eval` / `judgekit plot`: sweeps, records, resumption, sharding, summary arithmetic, configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from judgekit.cli import main
+from judgekit.evaluation import EvalSettings, Sweep, run_eval, summarize, wilson
+from judgekit.judge import LinearJudge
+from judgekit.models import encode_prompt, load_model_pair
+from judgekit.records import read_records
+from judgekit.tasks import get_task
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures"
+POCKET = ["--task", "pocket-math", "--target", "pocket-target", "--draft", "pocket-draft", "--threads", "1",
+          "--max-new-tokens", "96"]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_model_pair("pocket-target", "pocket-draft", "cpu", "auto")
+
+
+def save_judge(path: Path, hidden: int, seed: int = 0) -> Path:
+    g = torch.Generator().manual_seed(seed)
+    thresholds = {f"p{10 * i}": i / 10 for i in range(1, 10)} | {"recall90": 0.05, "recall95": 0.02}
+    # Small weights keep P(important) away from 0 and 1, so thresholds 0 and 1 are the two extremes.
+    LinearJudge(0.05 * torch.randn(hidden, generator=g), torch.tensor(0.0), torch.zeros(hidden), torch.ones(hidden),
+                {"layer": -1, "features": "target", "thresholds": thresholds}).save(path)
+    return path
+
+
+def _target_only(pair, task, problem, max_new_tokens):
+    """Plain greedy decoding with the target alone (HF generate), cut where the decoder cuts."""
+    ids = encode_prompt(pair.tokenizer, task.build_prompt(problem, pair.tokenizer))
+    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+def test_greedy_lossless_reproduces_target_and_be_is_tokens_over_target_calls(tmp_path, pair, capsys):
+    out = tmp_path / "ev"
+    assert main(["eval", *POCKET, "--rule", "lossless", "cos", "--lam", "0.3", "--limit", "4",
+                 "--out", str(out), "--json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    records = read_records(out).to_pylist()
+    assert len(records) == 8 and {r["rule"] for r in records} == {"lossless", "cos"}
+    task = get_task("pocket-math")
+    problems = {p.problem_id: p for p in task.load("test", limit=4)}
+    for r in records:
+        assert r["new_tokens"] == len(r["completion_ids"])
+        assert sum(r["accept_hist"]) == r["target_calls"]
+        if r["rule"] == "lossless":
+            assert r["completion_ids"] == _target_only(pair, task, problems[r["problem"]], 96), r["problem"]
+    for row in rows:
+        mine = [r for r in records if r["rule"] == row["rule"]]
+        assert row["n"] == 4
+        assert row["block_efficiency"] == pytest.approx(
+            sum(r["new_tokens"] for r in mine) / sum(r["target_calls"] for r in mine))
+        assert row["quality"] == pytest.approx(sum(r["correct"] for r in mine) / 4)
+        assert row["quality_ci"] == pytest.approx(list(wilson(sum(r["correct"] for r in mine), 4)))
+        assert {"rule", "params", "block_efficiency", "tokens_per_s", "quality", "quality_ci", "n"} <= set(row)
+    lossless = next(r for r in rows if r["rule"] == "lossless")
+    assert lossless["block_efficiency"] > 1.0  # the draft was accepted, so the rollback paths ran
+    for name in ("summary.md", "summary.csv", "be_quality.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "be_quality.png").read_bytes()[:4] == b"\x89PNG"
+    csv_lines = (out / "summary.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("label,rule,params") and len(csv_lines) == 3
+
+
+def test_resume_skips_finished_pairs_and_grows_with_limit(tmp_path, pair):
+    task = get_task("pocket-math")
+    points = Sweep(["lossless", "lenience"], {"lenience": [0.5]}, temperatures=[1.0], seeds=[0, 1]).points()
+    assert len(points) == 4
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=48)
+    first = run_eval(pair, task, task.load("test", limit=2), points, settings, str(tmp_path), flush_every=3)
+    assert first["evaluated"] == 8 and first["skipped"] == 0
+    before = {(r["point"], r["problem"]): r["completion_ids"] for r in read_records(tmp_path).to_pylist()}
+    grown = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=3, max_new_tokens=48)
+    second = run_eval(pair, task, task.load("test", limit=3), points, grown, str(tmp_path))
+    assert second["evaluated"] == 4 and second["skipped"] == 8
+    records = read_records(tmp_path).to_pylist()
+    assert len(records) == 12 and len({(r["point"], r["problem"]) for r in records}) == 12
+    # Sampling seeds depend on (seed, problem id) only, so the earlier records are what a fresh run would give.
+    assert all(before[(r["point"], r["problem"])] == r["completion_ids"] for r in records
+               if (r["point"], r["problem"]) in before)
+    assert run_eval(pair, task, task.load("test", limit=3), points, grown, str(tmp_path))["evaluated"] == 0
+    other = EvalSettings("pocket-math", "pocket-target", "pocket-draft", max_new_tokens=64)
+    with pytest.raises(Exception, match="another evaluation"):
+        run_eval(pair, task, task.load("test", limit=3), points, other, str(tmp_path))
+
+
+@pytest.mark.slow
+def test_two_ranks_share_the_pairs_and_merge_to_the_single_process_result(tmp_path):
+    args = [sys.executable, "-m", "judgekit", "eval", *POCKET, "--rule", "lossless", "speccascade",
+            "--p-base", "0.2", "--limit", "2", "--quiet"]
+    env = {**os.environ, "WORLD_SIZE": "2", "TOKENIZERS_PARALLELISM": "false"}
+    procs = [subprocess.Popen([*args, "--out", str(tmp_path / "two")], cwd=ROOT, env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert main(["eval", *args[4:], "--out", str(tmp_path / "one")]) == 0
+    two, one = read_records(tmp_path / "two").to_pylist(), read_records(tmp_path / "one").to_pylist()
+    assert sorted(r["rank"] for r in two) == [0, 0, 1, 1]
+    key = lambda r: (r["point"], r["problem"])  # noqa: E731
+    assert {key(r): r["completion_ids"] for r in two} == {key(r): r["completion_ids"] for r in one}
+    # The last rank to finish wrote the merged summary.
+    assert (tmp_path / "two" / "summary.csv").read_text().count("\n") == 3
+    drop = ("wall_time", "tokens_per_s")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
+    assert strip(summarize(read_records(tmp_path / "two"))) == strip(summarize(read_records(tmp_path / "one")))
+
+
+def test_judge_points_percentile_thresholds_and_extremes(tmp_path, pair, capsys):
+    judge = save_judge(tmp_path / "j91", pair.target.config.hidden_size)
+    out = tmp_path / "ev"
+    assert main(["eval", *POCKET, "--rule", "lossless", "judge", "--judge", str(judge), "--judge-threshold",
+                 "p40,0.0,1.0", "--limit", "3", "--out", str(out), "--json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    judged = {r["params"]["threshold"]: r for r in rows if r["rule"] == "judge"}
+    assert set(judged) == {0.4, 0.0, 1.0}
+    assert judged[0.4]["params"]["threshold_name"] == "p40" and "j91" in judged[0.4]["label"]
+    records = read_records(out).to_pylist()
+    by = {}
+    for r in records:
+        by.setdefault(json.loads(r["params"]).get("threshold", "lossless"), {})[r["problem"]] = r
+    # Threshold 0 flags every mismatch important: exactly the lossless (target greedy) output.
+    assert all(by[0.0][p]["completion_ids"] == by["lossless"][p]["completion_ids"] for p in by["lossless"])
+    # Threshold 1 keeps every drafted token: only a step that drafted short of gamma (the budget) is partial.
+    assert all(sum(r["accept_hist"][:-1]) <= 1 for r in by[1.0].values())
+    # A judge retrained in place is a new point: its records are not taken for the old judge's.
+    save_judge(judge, pair.target.config.hidden_size, seed=1)
+    assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(judge), "--judge-threshold", "p40",
+                 "--limit", "3", "--out", str(out), "--quiet"]) == 0
+    assert read_records(out).num_rows == len(records) + 3
+    capsys.readouterr()
+    assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(judge), "--judge-threshold", "p33",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "p33" in capsys.readouterr().err
+
+
+def test_plot_command_several_dirs(tmp_path, pair):
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=2)
+    sweep = Sweep(["lossless", "typical", "eta"], {"epsilon": [0.05], "delta": [0.3]}, temperatures=[1.0])
+    for name in ("a", "b"):
+        settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=32)
+        run_eval(pair, task, problems, sweep.points(), settings, str(tmp_path / name))
+    png = tmp_path / "plots" / "cmp.png"
+    assert main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "plots" / "cmp-truncation.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(tmp_path / "nothing"), "--out", str(png)]) == 2
+
+
+def test_sweep_expansion_and_matched_params():
+    points = Sweep(["lossless", "lenience", "speccascade", "minp", "fuzzy"],
+                   {"lenience": [0.2, 0.4], "p_base": [0.1, 0.3], "fuzzy_threshold": [1.0], "divergence": ["tv"],
+                    "lam": [0.5]}, temperatures=[0.0, 1.0], seeds=[0, 1]).points()
+    labels = [(p.label, p.temperature, p.seed) for p in points]
+    assert len(labels) == len(set(labels))
+    # lossless and 2 lenience, 2 speccascade, 2 minp, 1 fuzzy = 8 configs; greedy once, sampled with 2 seeds
+    assert len(points) == 8 * 3
+    assert {p.label for p in points if p.rule == "minp"} == {"minp p_base=0.1", "minp p_base=0.3"}
+    assert next(p for p in points if p.rule == "fuzzy").params == {"threshold": 1.0, "divergence": "tv"}
+    assert len({p.config_key for p in points}) == 16 and len({p.key for p in points}) == 24
+
+
+def test_wilson_interval_known_values():
+    assert wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert wilson(0, 6) == pytest.approx((0.0, 0.3903), abs=1e-4)
+    assert wilson(6, 6)[1] == 1.0 and wilson(0, 0) == (0.0, 1.0)
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys):
+    assert main(["eval", "--rule", "lossless", "--out", str(tmp_path)]) == 2
+    assert "--task is required" in capsys.readouterr().err
+    assert main(["eval", *POCKET, "--rule", "nope", "--out", str(tmp_path), "--dry-run"]) == 2
+    assert "unknown rule 'nope'" in capsys.readouterr().err
+    assert main(["eval", *POCKET, "--rule", "cos", "--lam", "1.5", "--out", str(tmp_path), "--dry-run"]) == 2
+    assert "judgekit: error:" in capsys.readouterr().err
+    bad = tmp_path / "c.toml"
+    bad.write_text('task = "pocket-math"\nrulez = ["cos"]\n')
+    assert main(["eval", "--config", str(bad), "--dry-run"]) == 2
+    assert "unknown setting 'rulez'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+CONFIGS = sorted((ROOT / "eval" / "configs").glob("*.*")) + [ROOT / "judgekit" / "configs" / "pocket-demo.toml"]
+
+
+def test_toml_and_yaml_configs_with_sweeps_and_cli_overrides(tmp_path, capsys):
+    toml = tmp_path / "s.toml"
+    toml.write_text("""
+task = "pocket-math"
+target = "pocket-target"
+draft = "pocket-draft"
+limit = 3
+out = "unused"
+temperature = [0.0, 1.0]
+seeds = [0, 1, 2]
+
+[[sweep]]
+rules = ["lossless", "lenience"]
+lenience = [0.2, 0.4]
+
+[[sweep]]
+rules = ["typical", "eta"]
+epsilon = 0.05
+delta = [0.3]
+temperature = 1.0
+""")
+    yaml = tmp_path / "s.yaml"
+    yaml.write_text("""
+task: pocket-math
+target: pocket-target
+draft: pocket-draft
+limit: 3
+out: unused
+temperature: [0.0, 1.0]
+seeds: [0, 1, 2]
+sweep:
+  - rules: [lossless, lenience]
+    lenience: [0.2, 0.4]
+  - rules: [typical, eta]
+    epsilon: 0.05
+    delta: [0.3]
+    temperature: 1.0
+""")
+    outputs = []
+    for cfg in (toml, yaml):
+        assert main(["eval", "--config", str(cfg), "--dry-run"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    # 3 configs x (greedy + 3 seeds) + 2 configs x 3 seeds = 18 points over 3 problems
+    assert outputs[0].startswith("pocket-math: 3 problems x 18 points")
+    assert main(["eval", "--config", str(toml), "--limit", "2", "--seeds", "7", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("pocket-math: 2 problems x 8 points")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_shipped_recipes_dry_run(config, tmp_path, capsys, monkeypatch):
+    """Every recipe parses and expands; real-pair recipes load their task from the fixture files."""
+    from judgekit.commands.eval import load_config
+
+    cfg = load_config(config)
+    extra = []
+    fixtures = {"math500": "math500_sample.jsonl", "mbpp+": "mbpp_plus_sample.jsonl",
+                "gsm8k": "gsm8k_sample.jsonl", "humaneval+": "humaneval_plus_sample.jsonl",
+                "livecodebench": "livecodebench"}
+    if cfg["task"] in fixtures:
+        extra = ["--data-file", str(FIX / fixtures[cfg["task"]])]
+    monkeypatch.chdir(tmp_path)
+    sweeps = cfg.get("sweep") or [cfg]
+    # The recipe's judge directories as `judgekit train` leaves them (a dry run loads no model: any size does).
+    for j in {j for s in [cfg, *sweeps] for j in s.get("judge", [])}:
+        save_judge(tmp_path / j, 8)
+    if any("judge" in s.get("rule", cfg.get("rule", [])) and not s.get("judge", cfg.get("judge")) for s in sweeps):
+        extra += ["--judge", str(save_judge(tmp_path / "demo-judge", 8))]  # the demo passes its trained judges
+    assert main(["eval", "--config", str(config), *extra, "--dry-run"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert " problems x " in first and " points = " in first
+
+
+@pytest.mark.parametrize("task,data", [("gsm8k", "gsm8k_sample.jsonl"), ("humaneval+", "humaneval_plus_sample.jsonl"),
+                                       ("livecodebench", "livecodebench"), ("mbpp+", "mbpp_plus_sample.jsonl"),
+                                       ("math500", "math500_sample.jsonl")])
+def test_every_benchmark_loads_from_data_file(task, data, capsys):
+    assert main(["eval", "--task", task, "--target", "t", "--draft", "d", "--rule", "lossless", "--out", "x",
+                 "--data-file", str(FIX / data), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"{task}: ")
+
+
+# --------------------------------------------------------------------------------------------------- demo
+
+
+@pytest.mark.slow
+def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
+    """The demo end to end on a tiny budget. A judge placed where `judgekit train` would write it stands in for
+    training (two mined problems are too few to train on: that refusal is reported and the demo goes on)."""
+    from judgekit.models import load_model_pair as load
+
+    out = tmp_path / "demo"
+    hidden = load("pocket-target", "pocket-draft", "cpu").target.config.hidden_size
+    save_judge(out / "judges" / "judge-9to1", hidden)
+    assert main(["demo", "--out", str(out), "--mine-problems", "2", "--problems", "2", "--tasks", "pocket-math",
+                 "--mixes", "9:1,1:9", "--max-new-tokens", "64", "--threads", "1", "--quiet"]) == 0
+    text = capsys.readouterr()
+    for stage in ("[1/3] mining", "[2/3] training", "[3/3] evaluating", "done in"):
+        assert stage in text.out
+    assert "the 1:9 judge was not trained" in text.out
+    rows = summarize(read_records(out / "eval" / "pocket-math"))
+    rules = {r["rule"] for r in rows}
+    assert rules == {"lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "judge", "speccascade", "minp",
+                     "typical", "eta"}
+    assert {r["params"].get("threshold_name") for r in rows if r["rule"] == "judge"} == {"p20", "p50", "p80"}
+    assert {r["temperature"] for r in rows} == {0.0, 1.0}
+    assert "| judge judge-9to1 t=p50" in text.out
+    for name in ("summary.md", "be_quality.png", "truncation.png"):
+        assert (out / "eval" / "pocket-math" / name).exists()
+    assert (out / "mined" / "pocket-code" / "manifest.json").exists()
+
+
+def test_missing_judge_directory_is_one_error_line(tmp_path, capsys):
+    assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
+                 "--dry-run"]) == 2
+    assert "is not a judge directory" in capsys.readouterr().err

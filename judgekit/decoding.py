@@ -138,11 +138,30 @@ def eos_ids(pair: ModelPair) -> set[int]:
     return ids
 
 
+def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
+    """(target, draft) fast forwards, or None for the eager transformers path.
+
+    "auto" takes the fast path when both models support it; True insists (a clear error otherwise)."""
+    from judgekit.fastmodel import FastLM, fast_unsupported
+
+    if fast not in (True, False, "auto"):
+        raise JudgekitError(f"fast must be True, False or 'auto', got {fast!r}")
+    if fast is False:
+        return None
+    reasons = [r for r in (fast_unsupported(pair.target), fast_unsupported(pair.draft)) if r]
+    if reasons:
+        if fast is True:
+            raise JudgekitError(f"no fast path for this pair: {reasons[0]}")
+        return None
+    return FastLM(pair.target, compile=compile), FastLM(pair.draft, compile=compile)
+
+
 class SpeculativeDecoder:
     """Speculative decoding with any rule of :mod:`judgekit.rules`; prompts are processed one at a time."""
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
-                 sampling: SamplingConfig | None = None, hidden_layer: int = -1):
+                 sampling: SamplingConfig | None = None, hidden_layer: int = -1, fast: bool | str = "auto",
+                 compile: bool = False):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
@@ -153,6 +172,35 @@ class SpeculativeDecoder:
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
+        self._fast = _fast_models(pair, fast, compile)
+
+    @property
+    def fast(self) -> bool:
+        """Whether decoding runs on the static-cache fast path (:mod:`judgekit.fastmodel`)."""
+        return self._fast is not None
+
+    def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
+                       stop_strings: tuple[str, ...] = (), seeds: list[int] | None = None,
+                       prompts: list[str] | None = None) -> list[Generation]:
+        """Decode several prompts together (B sequences in lockstep on the fast path; one at a time on
+        the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
+        its share of the batch's wall time, so merged stats give the aggregate tokens/s."""
+        if max_new_tokens < 1:
+            raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not prompt_ids:
+            return []
+        if any(not ids for ids in prompt_ids):
+            raise JudgekitError("a prompt has zero tokens")
+        seeds = list(seeds) if seeds is not None else list(range(len(prompt_ids)))
+        names = list(prompts) if prompts is not None else [""] * len(prompt_ids)
+        if self._fast is None:
+            return [self._generate_eager(ids, max_new_tokens, stop_strings, s, name)
+                    for ids, s, name in zip(prompt_ids, seeds, names)]
+        from judgekit.fastdecode import generate_batch_fast
+
+        with torch.inference_mode():
+            return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
+                                       seeds, names)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),
@@ -164,9 +212,15 @@ class SpeculativeDecoder:
             out.append(self.generate_ids(ids, max_new_tokens, stop_strings, seed + i, prompt=text))
         return out
 
-    @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 128,
                      stop_strings: tuple[str, ...] = (), seed: int = 0, prompt: str = "") -> Generation:
+        if self._fast is not None:
+            return self.generate_batch([list(prompt_ids)], max_new_tokens, stop_strings, [seed], [prompt])[0]
+        return self._generate_eager(prompt_ids, max_new_tokens, stop_strings, seed, prompt)
+
+    @torch.inference_mode()
+    def _generate_eager(self, prompt_ids: list[int], max_new_tokens: int = 128,
+                        stop_strings: tuple[str, ...] = (), seed: int = 0, prompt: str = "") -> Generation:
         if max_new_tokens < 1:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         pair, dev = self.pair, self.pair.device

@@ -22,7 +22,8 @@ from transformers import DynamicCache
 
 from judgekit.errors import JudgekitError
 from judgekit.models import ModelPair, cache_arg, encode_prompt, format_prompt
-from judgekit.rules import Rule, RuleContext, sample, verify_block
+from judgekit.rules import Rule, RuleContext, sample
+from judgekit.verify import verify_block
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ class SpeculativeDecoder:
             p, p_shape, hidden = self._verify(seq[t_len:], drafted, t_cache)
             stats.target_calls += 1
             ctx = RuleContext(p_shape=p_shape, q_shape=q_shape, hidden=hidden)
-            res = verify_block(self.rule, p, q, drafted, ctx, generator)
+            res = verify_block(self.rule, p, q, drafted, ctx, generator, greedy=self.sampling.greedy)
             # The one host sync of the step: accepted length, emitted token and the drafted ids together.
             packed = torch.cat([res.n_accepted.view(1), res.next_token.view(1), drafted]).tolist()
             n, emitted = packed[0], packed[2:2 + packed[0]] + [packed[1]]

@@ -41,8 +41,8 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
     pair, dev, vocab, gamma = decoder.pair, decoder.pair.device, decoder.pair.vocab_size, decoder.gamma
     sampling, rule = decoder.sampling, decoder.rule
     greedy, need_shape = sampling.greedy, decoder.need_shape
-    # One generator per batch: sampled outputs of a batch depend on its composition (greedy ones do not).
-    generator = torch.Generator(device=dev).manual_seed(seeds[0] if seeds else 0)
+    # One generator per sequence, seeded as in batch 1: a sequence's random draws do not depend on its batch.
+    generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
     scanner = _StopScanner(pair.tokenizer, tuple(stop_strings))
     B = len(prompts)
     seqs = [list(p) for p in prompts]
@@ -91,7 +91,9 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
                         q_shapes.append(torch.softmax(logits.float(), -1))
                 else:
                     probs, _ = to_probs(logits, sampling, False)
-                    tok = sample(probs, generator)
+                    # Rows past their own draft limit take the argmax: their stream stays as in batch 1.
+                    tok = torch.cat([sample(probs[r: r + 1], generators[j]) if i < limits[r]
+                                     else probs[r: r + 1].argmax(-1) for r, j in enumerate(active)])
                     q_rows.append(probs)
                 drafted.append(tok)
                 if i + 1 < k:
@@ -117,8 +119,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             q = torch.stack(q_rows, 1) if k > 0 else torch.zeros(A, 0, vocab, device=dev)
             p_shape = q_shape = None
         ctx = RuleContext(p_shape, q_shape, hidden[:, 1:] if hidden is not None else None)
-        limit = torch.tensor(limits, device=dev)
-        n, nxt = verify_batch(rule, p, q, x, ctx, limit, greedy, generator)
+        n, nxt = verify_batch(rule, p, q, x, ctx, limits, greedy, [generators[j] for j in active])
         # The one host sync of the step.
         host = torch.cat([n[:, None], nxt[:, None], x], 1).tolist()
         keep = []

@@ -108,8 +108,9 @@ DECODERS = ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast")
 def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens: int, repeats: int = 1,
                      batch_size: int = 1, compile: bool = False):
     """Time the greedy decoders on the same prompts, ``batch_size`` prompts at a time where the decoder can
-    batch (HF target-only ``generate`` with left padding and judgekit's fast path; HF assisted generation
-    and judgekit's eager path decode one prompt at a time). Returns (timings, identical?)."""
+    batch (HF target-only ``generate`` with left padding, in chunks; judgekit's fast path with continuous
+    batching; HF assisted generation and judgekit's eager path decode one prompt at a time).
+    Returns (timings, identical?)."""
     from judgekit.decoding import SpeculativeDecoder
     from judgekit.fastmodel import fast_unsupported
     from judgekit.rules import make_rule
@@ -129,7 +130,10 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     def chunks(items):
         return [items[i: i + batch_size] for i in range(0, len(items), batch_size)]
 
-    def plain(batch):
+    def plain(prompts):
+        return [out for batch in chunks(prompts) for out in plain_batch(batch)]
+
+    def plain_batch(batch):
         width = max(len(ids) for ids in batch)
         ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=dev)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=dev)
@@ -148,8 +152,9 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     def ours_eager(batch):
         return [g.token_ids for g in eager.generate_batch(batch, max_new_tokens=max_new_tokens)]
 
-    def ours_fast(batch):
-        return [g.token_ids for g in fast.generate_batch(batch, max_new_tokens=max_new_tokens)]
+    def ours_fast(batch):  # continuous batching: a finished sequence's row takes the next prompt
+        return [g.token_ids for g in fast.generate_batch(batch, max_new_tokens=max_new_tokens,
+                                                          batch_size=batch_size)]
 
     methods = {"HF target-only": plain, "HF assisted": assisted, "judgekit eager": ours_eager}
     if fast is not None:
@@ -161,12 +166,11 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
         for name, fn in methods.items():
             total, cpu, toks, outs = 0.0, 0.0, 0, []
             for _ in range(repeats):
-                for batch in chunks(prompts):
-                    secs, cpu_secs, out = _time(lambda: fn(batch), dev)
-                    total += secs
-                    cpu += cpu_secs
-                    toks += sum(len(o) for o in out)
-                    outs.extend(out)
+                secs, cpu_secs, out = _time(lambda: fn(prompts), dev)
+                total += secs
+                cpu += cpu_secs
+                toks += sum(len(o) for o in out)
+                outs.extend(out)
             timings[name] = Timing(name, total, toks, cpu)
             outputs[name] = outs
     reference = outputs["HF target-only"]

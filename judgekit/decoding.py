@@ -182,9 +182,9 @@ class SpeculativeDecoder:
 
     def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
                        stop_strings: tuple[str, ...] = (), seeds: list[int] | None = None,
-                       prompts: list[str] | None = None) -> list[Generation]:
-        """Decode several prompts together (B sequences in lockstep on the fast path; one at a time on
-        the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
+                       prompts: list[str] | None = None, batch_size: int | None = None) -> list[Generation]:
+        """Decode several prompts together (up to ``batch_size`` sequences in lockstep on the fast path, a
+        finished one's place taken by the next prompt; one at a time on the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
         its share of the batch's wall time, so merged stats give the aggregate tokens/s."""
         if max_new_tokens < 1:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -201,7 +201,7 @@ class SpeculativeDecoder:
 
         with torch.inference_mode():
             return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
-                                       seeds, names)
+                                       seeds, names, batch_size)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),

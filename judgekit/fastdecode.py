@@ -36,8 +36,23 @@ def _pad(rows: list[list[int]], device) -> Tensor:
     return out.to(device)
 
 
+def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev) -> None:
+    """Both caches read all but the last token of each row's prompt (rows start at position 0)."""
+    prefix = [r[:-1] for r in rows]
+    width = max(len(r) for r in prefix)
+    if width == 0:
+        return
+    ids = _pad(prefix, dev)
+    first = torch.zeros(1, dtype=torch.long, device=dev)
+    for model, cache in zip((target, draft), caches):
+        model.forward(ids, 0, cache, width, logit_cols=first)
+
+
 def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[list[int]], max_new_tokens: int,
-                        stop_strings: tuple[str, ...], seeds: list[int], names: list[str]) -> list[Generation]:
+                        stop_strings: tuple[str, ...], seeds: list[int], names: list[str],
+                        batch_size: int | None = None) -> list[Generation]:
+    """Decode ``prompts`` with up to ``batch_size`` sequences in flight (all of them if None); a finished
+    sequence's cache row is refilled with the next waiting prompt (continuous batching)."""
     pair, dev, vocab, gamma = decoder.pair, decoder.pair.device, decoder.pair.vocab_size, decoder.gamma
     sampling, rule = decoder.sampling, decoder.rule
     greedy, need_shape = sampling.greedy, decoder.need_shape
@@ -45,28 +60,21 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
     generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
     scanner = _StopScanner(pair.tokenizer, tuple(stop_strings))
     B = len(prompts)
+    slots = min(batch_size or B, B)
     seqs = [list(p) for p in prompts]
     n_prompt = [len(p) for p in prompts]
     max_len = max(n_prompt) + max_new_tokens + gamma + 2
-    t_cache, d_cache = target.new_cache(B, max_len), draft.new_cache(B, max_len)
+    t_cache, d_cache = target.new_cache(slots, max_len), draft.new_cache(slots, max_len)
     stats = [GenerationStats(accept_hist=[0] * (gamma + 1)) for _ in range(B)]
     finish = ["length"] * B
-    active = list(range(B))  # batch row i of the caches is sequence active[i]
+    active = list(range(slots))  # batch row i of the caches is sequence active[i]
+    waiting = iter(range(slots, B))
     d_unread = [1] * B
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
     start = time.perf_counter()
-    # Prefill both caches with all but each prompt's last token (rows start at position 0).
-    prefix = [s[:-1] for s in seqs]
-    if max(len(r) for r in prefix) > 0:
-        zeros = torch.zeros(B, dtype=torch.long, device=dev)
-        width = max(len(r) for r in prefix)
-        ids = _pad(prefix, dev)
-        last = torch.zeros(B, dtype=torch.long, device=dev)
-        target.forward(ids, zeros, t_cache, width, logit_cols=last[:1])
-        draft.forward(ids, zeros, d_cache, width, logit_cols=last[:1])
-    step_start = time.perf_counter()
-    for s in stats:  # the prefill is shared: each sequence pays its share
-        s.wall_time += (step_start - start) / B
+    _prefill(target, draft, (t_cache, d_cache), [seqs[j] for j in active], dev)
+    for j in active:  # the prefill is shared: each sequence pays its share
+        stats[j].wall_time += (time.perf_counter() - start) / slots
     while active:
         step_start = time.perf_counter()
         A = len(active)
@@ -78,11 +86,18 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         if k > 0:
             unread = [seqs[j][-d_unread[j]:] for j in active]
             ids = _pad(unread, dev)
-            d_start = torch.tensor([n - d_unread[j] for n, j in zip(lens, active)], device=dev)
-            col = torch.tensor([len(u) - 1 for u in unread], device=dev)[:, None]
-            kv_len = max(n - d_unread[j] for n, j in zip(lens, active)) + ids.shape[1]
-            logits, _ = draft.forward(ids, d_start, d_cache, kv_len, logit_cols=col)
-            pos = d_start + col[:, 0] + 1  # where the next draft token is written
+            starts = [n - d_unread[j] for n, j in zip(lens, active)]
+            cols = [len(u) - 1 for u in unread]
+            kv_len = max(starts) + ids.shape[1]
+            if A == 1:  # host positions: cache writes by slicing, no mask for one-token steps
+                logits, _ = draft.forward(ids, starts[0], d_cache, kv_len)
+                pos = starts[0] + ids.shape[1]
+                kv_len = pos
+            else:
+                d_start = torch.tensor(starts, device=dev)
+                col = torch.tensor(cols, device=dev)[:, None]
+                logits, _ = draft.forward(ids, d_start, d_cache, kv_len, logit_cols=col)
+                pos = d_start + col[:, 0] + 1  # where the next draft token is written
             for i in range(k):
                 logits = logits[:, -1, :vocab]
                 if greedy:
@@ -105,7 +120,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             x = torch.zeros(A, 0, dtype=torch.long, device=dev)
         # -- target: one forward over [last committed token, d_1 .. d_k]
         last = torch.tensor([seqs[j][-1] for j in active], device=dev)
-        t_start = torch.tensor([n - 1 for n in lens], device=dev)
+        t_start = lens[0] - 1 if A == 1 else torch.tensor([n - 1 for n in lens], device=dev)
         ids = torch.cat([last[:, None], x], 1)
         logits, hidden = target.forward(ids, t_start, t_cache, max(lens) + k, hidden_layer=hidden_layer)
         logits = logits[..., :vocab].float()
@@ -143,11 +158,24 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
                 del seqs[j][n_prompt[j] + max_new_tokens:]
             else:
                 keep.append(i)
+        for i in range(A):  # refill finished rows with waiting prompts, in place
+            if i in keep:
+                continue
+            j = next(waiting, None)
+            if j is None:
+                continue
+            t0 = time.perf_counter()
+            row_caches = [c.row_view(i) for c in (t_cache, d_cache)]
+            _prefill(target, draft, row_caches, [seqs[j]], dev)
+            stats[j].wall_time += time.perf_counter() - t0
+            active[i] = j
+            keep.append(i)
         if len(keep) < A:
+            keep.sort()
             rows = torch.tensor(keep, dtype=torch.long, device=dev)
             t_cache.select(rows)
             d_cache.select(rows)
-            active = [active[i] for i in keep]
+        active = [active[i] for i in sorted(keep)]
     out = []
     for j in range(B):
         completion = seqs[j][n_prompt[j]:]

@@ -78,6 +78,14 @@ class StaticCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.max_len = max_len
 
+    def row_view(self, row: int) -> "StaticCache":
+        """A one-row cache sharing this one's storage (writes land in the batch cache)."""
+        view = StaticCache.__new__(StaticCache)
+        view.keys = [k[row: row + 1] for k in self.keys]
+        view.values = [v[row: row + 1] for v in self.values]
+        view.max_len = self.max_len
+        return view
+
     def select(self, rows: Tensor) -> None:
         """Keep only these batch rows (finished sequences leave the batch)."""
         self.keys = [k.index_select(0, rows) for k in self.keys]
@@ -145,25 +153,38 @@ class FastLM:
         self._sin = (emb.sin() * self._rope_scale).to(self.dtype)
 
     def _rms(self, x: Tensor, w: Tensor) -> Tensor:
+        if x.dtype == torch.float32:  # one fused kernel; the same arithmetic as transformers' in float32
+            return F.rms_norm(x, w.shape, w, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * xf.to(x.dtype)
 
-    def forward(self, ids: Tensor, start: Tensor, cache: StaticCache, kv_len: int, *,
+    def forward(self, ids: Tensor, start: Tensor | int, cache: StaticCache, kv_len: int, *,
                 logit_cols: Tensor | None = None, hidden_layer: int | None = None) -> tuple[Tensor, Tensor | None]:
         """Feed ``ids`` [B, T] to row b at positions start[b] + 0..T-1; return logits [B, C, V] at the columns
         ``logit_cols`` (all T if None) and, if asked, the hidden state [B, T, H] of ``hidden_layer``.
 
-        ``kv_len`` (a host int >= max(start) + T) bounds the cache slots attention reads.
+        ``start`` is a [B] tensor, or a host int when every row starts at the same position (then the
+        cache is written by slicing and, for one new token, attention needs no mask). ``kv_len`` (a host
+        int >= max(start) + T) bounds the cache slots attention reads.
         """
         return self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, hidden_layer)
 
     def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, hidden_layer):
         B, T = ids.shape
-        pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
-        cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)  # [B, 1, T, D]
-        mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
-        rows = torch.arange(B, device=ids.device)[:, None]
+        uniform = isinstance(start, int)
+        if uniform:
+            cos, sin = self._cos[start: start + T], self._sin[start: start + T]  # [T, D]
+            if T == 1 and kv_len == start + 1:
+                mask = None
+            else:
+                pos = start + torch.arange(T, device=ids.device)
+                mask = torch.arange(kv_len, device=ids.device)[None, :] <= pos[:, None]
+        else:
+            pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
+            cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)  # [B, 1, T, D]
+            mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
+            rows = torch.arange(B, device=ids.device)[:, None]
         if hidden_layer is not None and hidden_layer < 0:
             hidden_layer += self.n_layers + 1
         x = F.embedding(ids, self.embed)
@@ -181,8 +202,12 @@ class FastLM:
             v = v.view(B, T, kvh, hd)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            keys[i][rows, :, pos] = k.transpose(1, 2)
-            values[i][rows, :, pos] = v
+            if uniform:
+                keys[i][:, :, start: start + T] = k
+                values[i][:, :, start: start + T] = v.transpose(1, 2)
+            else:
+                keys[i][rows, :, pos] = k.transpose(1, 2)
+                values[i][rows, :, pos] = v
             kk, vv = keys[i][:, :, :kv_len], values[i][:, :, :kv_len]
             a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=hd ** -0.5,
                                                enable_gqa=kvh != nh)

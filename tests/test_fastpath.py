@@ -205,3 +205,13 @@ def test_greedy_path_equals_sampling_one_hot_rows_and_honours_limits(rule_name):
         n1, t1 = verify_batch(rule, p[b: b + 1, : kb + 1], q[b: b + 1, :kb], x[b: b + 1, :kb], row_ctx,
                               greedy=True, generator=[gens[b]])
         assert (int(n1), int(t1)) == (int(n_r[b]), int(t_r[b]))
+
+
+def test_continuous_batching_refills_rows_and_keeps_outputs(pair):
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=3)
+    prompts = [_ids(pair, t) for t in PROMPTS] * 2
+    stop = ("o", "s")  # rows stop at different steps, so finished rows are refilled while others run
+    full = [g.token_ids for g in dec.generate_batch(prompts, max_new_tokens=40, stop_strings=stop)]
+    assert len({len(t) for t in full}) > 2
+    assert [g.token_ids for g in dec.generate_batch(prompts, 40, stop, batch_size=3)] == full
+    assert full == [dec.generate_ids(ids, max_new_tokens=40, stop_strings=stop).token_ids for ids in prompts]

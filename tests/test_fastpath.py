@@ -215,3 +215,21 @@ def test_continuous_batching_refills_rows_and_keeps_outputs(pair):
     assert len({len(t) for t in full}) > 2
     assert [g.token_ids for g in dec.generate_batch(prompts, 40, stop, batch_size=3)] == full
     assert full == [dec.generate_ids(ids, max_new_tokens=40, stop_strings=stop).token_ids for ids in prompts]
+
+
+def test_bench_decode_cli_reports_every_decoder(capsys):
+    from judgekit.cli import main
+
+    rc = main(["bench", "decode", "--pair", "pocket", "--prompts", "2", "--max-new-tokens", "6",
+               "--batch-size", "2", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "outputs identical: True" in out
+    for name in ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast"):
+        assert name in out
+
+
+def test_bench_decode_rejects_a_bad_batch_size(capsys):
+    from judgekit.cli import main
+
+    assert main(["bench", "decode", "--pair", "pocket", "--batch-size", "0"]) == 2
+    assert "judgekit: error: --batch-size" in capsys.readouterr().err

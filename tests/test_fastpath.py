@@ -233,3 +233,15 @@ def test_bench_decode_rejects_a_bad_batch_size(capsys):
 
     assert main(["bench", "decode", "--pair", "pocket", "--batch-size", "0"]) == 2
     assert "judgekit: error: --batch-size" in capsys.readouterr().err
+
+
+def test_evaluation_at_batch_size_equals_batch_one():
+    from judgekit.evaluation import evaluate_rule
+    from judgekit.tasks import get_task
+
+    pocket = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=8)
+    one = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64)
+    many = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64, batch_size=4)
+    assert (one.correct, one.stats.new_tokens) == (many.correct, many.stats.new_tokens)

@@ -151,6 +151,9 @@ class FastLM:
         emb = torch.cat([freqs, freqs], -1)
         self._cos = (emb.cos() * self._rope_scale).to(self.dtype)
         self._sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        # rotate_half(x) * sin == roll(x, D/2) * [-sin_1, sin_2]: one roll instead of chunk, neg and cat
+        half = self._sin.shape[-1] // 2
+        self._sin_signed = torch.cat([-self._sin[:, :half], self._sin[:, half:]], -1)
 
     def _rms(self, x: Tensor, w: Tensor) -> Tensor:
         if x.dtype == torch.float32:  # one fused kernel; the same arithmetic as transformers' in float32
@@ -174,7 +177,7 @@ class FastLM:
         B, T = ids.shape
         uniform = isinstance(start, int)
         if uniform:
-            cos, sin = self._cos[start: start + T], self._sin[start: start + T]  # [T, D]
+            cos, sin = self._cos[start: start + T, None], self._sin_signed[start: start + T, None]  # [T, 1, D]
             if T == 1 and kv_len == start + 1:
                 mask = None
             else:
@@ -182,7 +185,7 @@ class FastLM:
                 mask = torch.arange(kv_len, device=ids.device)[None, :] <= pos[:, None]
         else:
             pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
-            cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)  # [B, 1, T, D]
+            cos, sin = self._cos[pos].unsqueeze(2), self._sin_signed[pos].unsqueeze(2)  # [B, T, 1, D]
             mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
             rows = torch.arange(B, device=ids.device)[:, None]
         if hidden_layer is not None and hidden_layer < 0:
@@ -192,21 +195,23 @@ class FastLM:
         nh, kvh, hd = self.n_heads, self.kv_heads, self.head_dim
         for i, L in enumerate(self.layers):
             h = self._rms(x, L.ln_attn)
-            if L.wqkv is not None:
-                qkv = F.linear(h, L.wqkv, L.bqkv)
-                q, k, v = qkv.split([nh * hd, kvh * hd, kvh * hd], -1)
+            if L.wqkv is not None:  # RoPE on q and k together: [B, T, nh + kvh, D]
+                qkv = F.linear(h, L.wqkv, L.bqkv).view(B, T, nh + 2 * kvh, hd)
+                qk, v = qkv[:, :, : nh + kvh], qkv[:, :, nh + kvh:]
+                qk = qk * cos + qk.roll(hd // 2, -1) * sin
+                q, k = qk[:, :, :nh], qk[:, :, nh:]
             else:
-                q, k, v = F.linear(h, L.wq, L.bq), F.linear(h, L.wk, L.bk), F.linear(h, L.wv, L.bv)
-            q = q.view(B, T, nh, hd).transpose(1, 2)
-            k = k.view(B, T, kvh, hd).transpose(1, 2)
-            v = v.view(B, T, kvh, hd)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+                q = F.linear(h, L.wq, L.bq).view(B, T, nh, hd)
+                k = F.linear(h, L.wk, L.bk).view(B, T, kvh, hd)
+                v = F.linear(h, L.wv, L.bv).view(B, T, kvh, hd)
+                q = q * cos + q.roll(hd // 2, -1) * sin
+                k = k * cos + k.roll(hd // 2, -1) * sin
+            q = q.transpose(1, 2)  # [B, nh, T, D]
             if uniform:
-                keys[i][:, :, start: start + T] = k
+                keys[i][:, :, start: start + T] = k.transpose(1, 2)
                 values[i][:, :, start: start + T] = v.transpose(1, 2)
             else:
-                keys[i][rows, :, pos] = k.transpose(1, 2)
+                keys[i][rows, :, pos] = k
                 values[i][rows, :, pos] = v
             kk, vv = keys[i][:, :, :kv_len], values[i][:, :, :kv_len]
             a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=hd ** -0.5,
@@ -227,7 +232,3 @@ class FastLM:
             x = x[:, logit_cols] if logit_cols.dim() == 1 else x[torch.arange(B, device=x.device)[:, None], logit_cols]
         return F.linear(x, self.lm_head, self.lm_head_bias), hidden
 
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, -1)
-    return torch.cat((-x2, x1), -1)

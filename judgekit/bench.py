@@ -36,13 +36,21 @@ QWEN25_CONFIGS = {
 
 @dataclass
 class Timing:
+    """Wall seconds and this process's CPU seconds (with one torch thread, CPU time is what the run cost
+    even when other jobs share the cores; wall time is the figure on a GPU)."""
+
     name: str
     seconds: float
     new_tokens: int
+    cpu_seconds: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.new_tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
 
 def build_config_model(name: str, dtype: torch.dtype, device: torch.device, seed: int = 0):
@@ -86,21 +94,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time(fn, device) -> tuple[float, object]:
+def _time(fn, device) -> tuple[float, float, object]:
     _sync(device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = fn()
     _sync(device)
-    return time.perf_counter() - start, out
+    return time.perf_counter() - start, time.process_time() - cpu, out
 
 
-def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens: int, repeats: int = 1):
-    """Time the three greedy decoders on the same prompts; returns (timings, identical?)."""
+DECODERS = ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast")
+
+
+def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens: int, repeats: int = 1,
+                     batch_size: int = 1, compile: bool = False, only: tuple[str, ...] | None = None):
+    """Time the greedy decoders on the same prompts, ``batch_size`` prompts at a time where the decoder can
+    batch (HF target-only ``generate`` with left padding, in chunks; judgekit's fast path with continuous
+    batching; HF assisted generation and judgekit's eager path decode one prompt at a time).
+    ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
+    output). Returns (timings, identical?)."""
     from judgekit.decoding import SpeculativeDecoder
+    from judgekit.fastmodel import fast_unsupported
     from judgekit.rules import make_rule
 
     dev = pair.device
-    decoder = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma)
+    eager = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=False)
+    has_fast = fast_unsupported(pair.target) is None and fast_unsupported(pair.draft) is None
+    fast = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=True, compile=compile) \
+        if has_fast else None
     # HF assisted generation with a fixed gamma and the confidence-threshold heuristic off.
     gc = pair.draft.generation_config
     gc.num_assistant_tokens = gamma
@@ -108,66 +128,117 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     gc.assistant_confidence_threshold = 0.0
     pad = pair.tokenizer.eos_token_id if pair.tokenizer.eos_token_id is not None else 0
 
-    def plain(ids):
-        out = pair.target.generate(torch.tensor([ids], device=dev), max_new_tokens=max_new_tokens,
-                                   min_new_tokens=0, do_sample=False, pad_token_id=pad)
-        return out[0, len(ids):].tolist()
+    def chunks(items):
+        return [items[i: i + batch_size] for i in range(0, len(items), batch_size)]
 
-    def assisted(ids):
-        out = pair.target.generate(torch.tensor([ids], device=dev), assistant_model=pair.draft,
-                                   max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-        return out[0, len(ids):].tolist()
+    def plain(prompts):
+        return [out for batch in chunks(prompts) for out in plain_batch(batch)]
 
-    def ours(ids):
-        return decoder.generate_ids(ids, max_new_tokens=max_new_tokens).token_ids
+    def plain_batch(batch):
+        width = max(len(ids) for ids in batch)
+        ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=dev)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=dev)
+        out = pair.target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=0,
+                                   do_sample=False, pad_token_id=pad)
+        return [_strip(row[width:].tolist(), pair) for row in out]
 
-    methods = {"target greedy": plain, "HF assisted": assisted, "judgekit lossless": ours}
+    def assisted(batch):
+        outs = []
+        for x in batch:
+            out = pair.target.generate(torch.tensor([x], device=dev), assistant_model=pair.draft,
+                                       max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+            outs.append(_strip(out[0, len(x):].tolist(), pair))
+        return outs
+
+    def ours_eager(batch):
+        return [g.token_ids for g in eager.generate_batch(batch, max_new_tokens=max_new_tokens)]
+
+    def ours_fast(batch):  # continuous batching: a finished sequence's row takes the next prompt
+        return [g.token_ids for g in fast.generate_batch(batch, max_new_tokens=max_new_tokens,
+                                                          batch_size=batch_size)]
+
+    methods = {"HF target-only": plain, "HF assisted": assisted, "judgekit eager": ours_eager}
+    if fast is not None:
+        methods["judgekit fast"] = ours_fast
+    if only is not None:
+        methods = {k: v for k, v in methods.items() if k in only or k == "HF target-only"}
     with torch.inference_mode():
-        for fn in methods.values():  # warm-up: kernels, allocator, lazy inits
-            fn(prompts[0][:8])
+        for fn in methods.values():  # warm-up: kernels, allocator, lazy inits (and compilation)
+            fn([p[:8] for p in prompts[:batch_size]])
         timings, outputs = {}, {}
         for name, fn in methods.items():
-            total, toks, outs = 0.0, 0, []
+            total, cpu, toks, outs = 0.0, 0.0, 0, []
             for _ in range(repeats):
-                for ids in prompts:
-                    secs, out = _time(lambda: fn(ids), dev)
-                    total += secs
-                    toks += len(out)
-                    outs.append(out)
-            timings[name] = Timing(name, total, toks)
+                secs, cpu_secs, out = _time(lambda: fn(prompts), dev)
+                total += secs
+                cpu += cpu_secs
+                toks += sum(len(o) for o in out)
+                outs.extend(out)
+            timings[name] = Timing(name, total, toks, cpu)
             outputs[name] = outs
-    identical = outputs["target greedy"] == outputs["HF assisted"] == outputs["judgekit lossless"]
+    reference = outputs["HF target-only"]
+    identical = all(out == reference for out in outputs.values())
     return list(timings.values()), identical
 
 
-def format_report(timings: list[Timing], identical: bool, title: str) -> str:
+def _strip(ids: list[int], pair) -> list[int]:
+    """A generate row up to and including its first EOS (generate pads finished rows)."""
+    eos = pair.tokenizer.eos_token_id
+    if eos is not None and eos in ids:
+        return ids[: ids.index(eos) + 1]
+    return ids
+
+
+def format_report(timings: list[Timing], identical: bool, title: str, cpu_clock: bool = True) -> str:
+    """The table, with ratios on CPU time (``cpu_clock``, CPU runs on a shared machine) or wall time."""
     by = {t.name: t for t in timings}
-    lines = [title, f"{'decoder':<20}{'tokens':>8}{'seconds':>10}{'tokens/s':>11}"]
-    lines += [f"{t.name:<20}{t.new_tokens:>8}{t.seconds:>10.2f}{t.tokens_per_s:>11.1f}" for t in timings]
-    ratio = by["judgekit lossless"].tokens_per_s / max(by["HF assisted"].tokens_per_s, 1e-9)
-    speedup = by["judgekit lossless"].tokens_per_s / max(by["target greedy"].tokens_per_s, 1e-9)
-    lines.append(f"outputs identical: {identical}")
-    lines.append(f"ratio judgekit / HF assisted: {ratio:.2f}x   judgekit / target greedy: {speedup:.2f}x")
+    rate = (lambda t: t.tokens_per_cpu_s) if cpu_clock else (lambda t: t.tokens_per_s)  # noqa: E731
+    lines = [title, f"{'decoder':<18}{'tokens':>8}{'wall s':>9}{'cpu s':>9}{'tok/s wall':>12}{'tok/s cpu':>11}"
+                    f"{'vs HF assisted':>16}{'vs target':>11}"]
+    hf = by.get("HF assisted")
+    for t in timings:
+        vs_hf = rate(t) / max(rate(hf), 1e-9) if hf else float("nan")
+        vs_t = rate(t) / max(rate(by["HF target-only"]), 1e-9)
+        lines.append(f"{t.name:<18}{t.new_tokens:>8}{t.seconds:>9.2f}{t.cpu_seconds:>9.2f}{t.tokens_per_s:>12.1f}"
+                     f"{t.tokens_per_cpu_s:>11.1f}{vs_hf:>15.2f}x{vs_t:>10.2f}x")
+    lines.append(f"outputs identical: {identical}   (ratios on {'CPU' if cpu_clock else 'wall'} time)")
     return "\n".join(lines)
 
 
 def run_mine_bench(pair, task, problems, cfg, batch_size: int = 1) -> dict:
     """Mine the same problems with judgekit's miner (``batch_size`` problems advancing together) and the
-    plain reference procedure (batch 1, no cache, rollouts to EOS/max_new_tokens); compare."""
+    fair reference procedure (batch 1, cached ``generate`` rollouts); compare labels and time.
+
+    The two alternate chunk by chunk (``batch_size`` problems each), so a change in the load of a shared
+    machine falls on both; wall and process CPU time are both summed."""
     from judgekit.mining import Miner
     from judgekit.mining_reference import ReferenceMiner, label_agreement
 
+    ours, ref = [], []
+    wall = {"ours": 0.0, "ref": 0.0}
+    cpu = {"ours": 0.0, "ref": 0.0}
     with torch.inference_mode():
         Miner(pair, task, cfg).mine(problems[0])  # warm-up
-        secs_ours, ours = _time(lambda: list(Miner(pair, task, cfg, batch_size).mine_many(problems)), pair.device)
-        secs_ref, ref = _time(lambda: [ReferenceMiner(pair, task, cfg).mine(p) for p in problems], pair.device)
+        ReferenceMiner(pair, task, cfg).mine(problems[0])
+        for i in range(0, len(problems), batch_size):
+            chunk = problems[i: i + batch_size]
+            secs, cpu_secs, out = _time(lambda: list(Miner(pair, task, cfg, batch_size).mine_many(chunk)), pair.device)
+            wall["ours"] += secs
+            cpu["ours"] += cpu_secs
+            ours.extend(out)
+            secs, cpu_secs, out = _time(lambda: [ReferenceMiner(pair, task, cfg).mine(p) for p in chunk], pair.device)
+            wall["ref"] += secs
+            cpu["ref"] += cpu_secs
+            ref.extend(out)
     agreement, same, union = label_agreement(ours, ref)
     return {
         "problems": len(problems), "batch_size": batch_size, "agreement": agreement, "agreeing": same, "union": union,
         "mismatches": sum(len(r.records) for r in ours),
         "important": sum(m.important for r in ours for m in r.records),
         "rollouts_ours": sum(r.n_rollouts for r in ours), "rollouts_reference": sum(r.n_rollouts for r in ref),
-        "seconds_ours": secs_ours, "seconds_reference": secs_ref, "speedup": secs_ref / max(secs_ours, 1e-9),
+        "seconds_ours": wall["ours"], "seconds_reference": wall["ref"],
+        "cpu_seconds_ours": cpu["ours"], "cpu_seconds_reference": cpu["ref"],
+        "speedup": wall["ref"] / max(wall["ours"], 1e-9), "cpu_speedup": cpu["ref"] / max(cpu["ours"], 1e-9),
     }
 
 
@@ -179,4 +250,6 @@ def format_mine_report(r: dict, title: str) -> str:
         f"label agreement: {r['agreement']:.4f} ({r['agreeing']}/{r['union']} mismatches)",
         f"wall time: judgekit {r['seconds_ours']:.2f}s, reference {r['seconds_reference']:.2f}s, "
         f"ratio reference / judgekit: {r['speedup']:.2f}x",
+        f"CPU time: judgekit {r['cpu_seconds_ours']:.2f}s, reference {r['cpu_seconds_reference']:.2f}s, "
+        f"ratio reference / judgekit: {r['cpu_speedup']:.2f}x",
     ])

@@ -22,7 +22,8 @@ from transformers import DynamicCache
 
 from judgekit.errors import JudgekitError
 from judgekit.models import ModelPair, cache_arg, encode_prompt, format_prompt
-from judgekit.rules import Rule, RuleContext, sample, verify_block
+from judgekit.rules import Rule, RuleContext, sample
+from judgekit.verify import verify_block
 
 
 @dataclass(frozen=True)
@@ -146,11 +147,30 @@ def judge_features(rule: Rule, hidden_layer: int | None = None) -> tuple[int, bo
     return layer, config.get("features", "target") == "target+draft"
 
 
+def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
+    """(target, draft) fast forwards, or None for the eager transformers path.
+
+    "auto" takes the fast path when both models support it; True insists (a clear error otherwise)."""
+    from judgekit.fastmodel import FastLM, fast_unsupported
+
+    if fast not in (True, False, "auto"):
+        raise JudgekitError(f"fast must be True, False or 'auto', got {fast!r}")
+    if fast is False:
+        return None
+    reasons = [r for r in (fast_unsupported(pair.target), fast_unsupported(pair.draft)) if r]
+    if reasons:
+        if fast is True:
+            raise JudgekitError(f"no fast path for this pair: {reasons[0]}")
+        return None
+    return FastLM(pair.target, compile=compile), FastLM(pair.draft, compile=compile)
+
+
 class SpeculativeDecoder:
     """Speculative decoding with any rule of :mod:`judgekit.rules`; prompts are processed one at a time."""
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
-                 sampling: SamplingConfig | None = None, hidden_layer: int | None = None):
+                 sampling: SamplingConfig | None = None, hidden_layer: int | None = None,
+                 fast: bool | str = "auto", compile: bool = False):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
@@ -163,6 +183,38 @@ class SpeculativeDecoder:
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
+        if self.need_draft_hidden and fast is True:
+            raise JudgekitError("the fast path does not pass the draft's hidden states to a target+draft judge")
+        # The fast path does not yet return the draft's hidden states: such judges run on the eager path.
+        self._fast = None if self.need_draft_hidden else _fast_models(pair, fast, compile)
+
+    @property
+    def fast(self) -> bool:
+        """Whether decoding runs on the static-cache fast path (:mod:`judgekit.fastmodel`)."""
+        return self._fast is not None
+
+    def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
+                       stop_strings: tuple[str, ...] = (), seeds: list[int] | None = None,
+                       prompts: list[str] | None = None, batch_size: int | None = None) -> list[Generation]:
+        """Decode several prompts together (up to ``batch_size`` sequences in lockstep on the fast path, a
+        finished one's place taken by the next prompt; one at a time on the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
+        its share of the batch's wall time, so merged stats give the aggregate tokens/s."""
+        if max_new_tokens < 1:
+            raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not prompt_ids:
+            return []
+        if any(not ids for ids in prompt_ids):
+            raise JudgekitError("a prompt has zero tokens")
+        seeds = list(seeds) if seeds is not None else list(range(len(prompt_ids)))
+        names = list(prompts) if prompts is not None else [""] * len(prompt_ids)
+        if self._fast is None:
+            return [self._generate_eager(ids, max_new_tokens, stop_strings, s, name)
+                    for ids, s, name in zip(prompt_ids, seeds, names)]
+        from judgekit.fastdecode import generate_batch_fast
+
+        with torch.inference_mode():
+            return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
+                                       seeds, names, batch_size)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),
@@ -174,9 +226,15 @@ class SpeculativeDecoder:
             out.append(self.generate_ids(ids, max_new_tokens, stop_strings, seed + i, prompt=text))
         return out
 
-    @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 128,
                      stop_strings: tuple[str, ...] = (), seed: int = 0, prompt: str = "") -> Generation:
+        if self._fast is not None:
+            return self.generate_batch([list(prompt_ids)], max_new_tokens, stop_strings, [seed], [prompt])[0]
+        return self._generate_eager(prompt_ids, max_new_tokens, stop_strings, seed, prompt)
+
+    @torch.inference_mode()
+    def _generate_eager(self, prompt_ids: list[int], max_new_tokens: int = 128,
+                        stop_strings: tuple[str, ...] = (), seed: int = 0, prompt: str = "") -> Generation:
         if max_new_tokens < 1:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         pair, dev = self.pair, self.pair.device
@@ -198,7 +256,7 @@ class SpeculativeDecoder:
             p, p_shape, hidden = self._verify(seq[t_len:], drafted, t_cache)
             stats.target_calls += 1
             ctx = RuleContext(p_shape=p_shape, q_shape=q_shape, hidden=hidden, draft_hidden=d_hidden)
-            res = verify_block(self.rule, p, q, drafted, ctx, generator)
+            res = verify_block(self.rule, p, q, drafted, ctx, generator, greedy=self.sampling.greedy)
             # The one host sync of the step: accepted length, emitted token and the drafted ids together.
             packed = torch.cat([res.n_accepted.view(1), res.next_token.view(1), drafted]).tolist()
             n, emitted = packed[0], packed[2:2 + packed[0]] + [packed[1]]

@@ -35,12 +35,19 @@ class RuleScore:
 
 def evaluate_rule(pair: ModelPair, task: Task, problems: list[Problem], rule: Rule, label: str,
                   sampling: SamplingConfig | None = None, block_size: int = 8, max_new_tokens: int = 256,
-                  seed: int = 0, chat_template: bool = True) -> RuleScore:
+                  seed: int = 0, chat_template: bool = True, batch_size: int = 1) -> RuleScore:
+    """``batch_size`` > 1 decodes that many problems in lockstep (fast path); problem i is seeded seed + i
+    either way, so greedy results do not depend on the batch size."""
     decoder = SpeculativeDecoder(pair, rule, block_size, sampling)
     correct, stats = 0, []
-    for i, problem in enumerate(problems):
-        ids = encode_prompt(pair.tokenizer, task.build_prompt(problem, pair.tokenizer, chat_template=chat_template))
-        gen = decoder.generate_ids(ids, max_new_tokens, task.stop_strings, seed + i)
+    prompts = [encode_prompt(pair.tokenizer, task.build_prompt(p, pair.tokenizer, chat_template=chat_template))
+               for p in problems]
+    seeds = [seed + i for i in range(len(problems))]
+    if batch_size > 1:
+        gens = decoder.generate_batch(prompts, max_new_tokens, task.stop_strings, seeds, batch_size=batch_size)
+    else:
+        gens = [decoder.generate_ids(ids, max_new_tokens, task.stop_strings, s) for ids, s in zip(prompts, seeds)]
+    for problem, gen in zip(problems, gens):
         correct += bool(task.grade(problem, task.extract_outcome(problem, gen.text)))
         stats.append(gen.stats)
     return RuleScore(label, len(problems), correct, GenerationStats.merge(stats))

@@ -1,8 +1,10 @@
 """A plain reimplementation of the reference mining procedure, for the speed and agreement benchmark.
 
-It does what the official AutoJudge code does: every forward re-reads the whole sequence (no KV cache),
-rollouts run to EOS or max_new_tokens, the draft is re-run over the whole response for every mismatch,
-one problem at a time. Outcomes and the search range follow the same rule as :mod:`judgekit.mining`
+It does what the official AutoJudge code does: every rollout is transformers' KV-cached greedy
+``generate`` from the prompt plus the prefix (to EOS, a stop string or max_new_tokens), the draft is
+teacher-forced with one full forward over the whole response for every mismatch, one problem at a time
+(batch 1). It is the fair baseline for ``judgekit bench mine``: what judgekit saves over it is prefix
+reuse across rollouts, early stopping at a fixed outcome, copy-draft verification and batching. Outcomes and the search range follow the same rule as :mod:`judgekit.mining`
 (outcome read at the point where it is fixed; no mismatches searched after it), so both label the same set.
 """
 
@@ -21,17 +23,30 @@ from judgekit.tasks.base import Problem
 class ReferenceMiner(Miner):
     @torch.inference_mode()
     def _full_greedy(self, prompt: list[int], completion: list[int]) -> tuple[list[int], dict]:
-        """Greedy continuation to EOS / stop string / max_new_tokens, re-reading everything each step."""
-        out = self.pair.target(torch.tensor([prompt + completion], device=self.pair.device), output_hidden_states=True)
-        hidden = {layer: out.hidden_states[layer][0, -1].float().cpu().numpy().astype(np.float16)
+        """Cached greedy ``generate`` to EOS / stop string / max_new_tokens (counting the given completion),
+        plus the hidden states after reading the last given token (from the prefill forward)."""
+        pair = self.pair
+        ids = torch.tensor([prompt + completion], device=pair.device)
+        budget = self.cfg.max_new_tokens - len(completion)
+        if budget <= 0 or (completion and completion[-1] in self.eos):
+            out = pair.target(ids, output_hidden_states=True)
+            hidden = {layer: out.hidden_states[layer][0, -1].float().cpu().numpy().astype(np.float16)
+                      for layer in self.cfg.layers}
+            return [], hidden
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else next(iter(self.eos), 0)
+        extra = {"stop_strings": list(self.task.stop_strings), "tokenizer": self.tokenizer} \
+            if self.task.stop_strings else {}
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                                   min_new_tokens=0, do_sample=False, eos_token_id=sorted(self.eos) or None,
+                                   pad_token_id=pad, output_hidden_states=True, return_dict_in_generate=True,
+                                   **extra)
+        hidden = {layer: out.hidden_states[0][layer][0, -1].float().cpu().numpy().astype(np.float16)
                   for layer in self.cfg.layers}
-        seq = list(completion)
-        while len(seq) < self.cfg.max_new_tokens and not (seq and seq[-1] in self.eos) \
-                and not any(s in self._text(seq) for s in self.task.stop_strings):
-            tok = int(out.logits[0, -1, : self.pair.vocab_size].argmax())
-            seq.append(tok)
-            out = self.pair.target(torch.tensor([prompt + seq], device=self.pair.device))
-        return seq[len(completion):], hidden
+        generated = out.sequences[0, ids.shape[1]:].tolist()
+        eos_at = next((i for i, t in enumerate(generated) if t in self.eos), None)
+        if eos_at is not None:  # drop the padding generate appends after EOS
+            generated = generated[: eos_at + 1]
+        return generated, hidden
 
     def _fixed_len(self, completion: list[int]) -> int:
         """Length of the shortest prefix whose outcome is fixed (the whole completion if none is)."""

@@ -52,10 +52,14 @@ def run_decode(args) -> int:
     else:
         pair = synthetic_pair("qwen2.5-7b", "qwen2.5-0.5b", args.agreement, args.device, args.dtype)
     prompts = _prompts_for(args, pair)
-    timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats)
+    if args.batch_size < 1:
+        raise JudgekitError(f"--batch-size must be >= 1, got {args.batch_size}")
+    timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats,
+                                          args.batch_size, args.compile)
     title = (f"pair {pair.target_name} / {pair.draft_name} on {pair.device} ({str(pair.dtype).replace('torch.', '')}), "
-             f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, max_new_tokens={args.max_new_tokens}")
-    print(format_report(timings, identical, title))
+             f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, batch size {args.batch_size}, "
+             f"max_new_tokens={args.max_new_tokens}")
+    print(format_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical else 1
 
 
@@ -84,8 +88,8 @@ def run_mine(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="speed benchmarks (decode, mine)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
-    d = bench_sub.add_parser("decode", help="target greedy vs HF assisted generation vs judgekit lossless",
-                             description="Times three greedy decoders on the same pair, prompts and block size, "
+    d = bench_sub.add_parser("decode", help="HF target-only vs HF assisted vs judgekit (eager and fast path)",
+                             description="Times the greedy decoders on the same pair, prompts and block size, "
                                          "checks their outputs are identical, and prints tokens/s and ratios.")
     d.add_argument("--pair", default="pocket", choices=["pocket", "cpu", "qwen2.5"],
                    help="pocket: the shipped pocket pair; cpu: small random-init Qwen2 pair with controlled "
@@ -100,6 +104,9 @@ def register(sub) -> None:
     d.add_argument("--block-size", type=int, default=8)
     d.add_argument("--max-new-tokens", type=int, default=128)
     d.add_argument("--repeats", type=int, default=1)
+    d.add_argument("--batch-size", type=int, default=1,
+                   help="prompts decoded together by HF target-only generate and judgekit's fast path")
+    d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     d.add_argument("--device", default="auto")

@@ -1,0 +1,234 @@
+"""A lean forward for Llama / Qwen2 models over a preallocated static KV cache (docs/design.md §8).
+
+Eager transformers spends most of a small decoding step in Python and module dispatch, and its caches crop
+every row of a batch by the same amount. Speculative decoding wants the opposite: B sequences in lockstep
+that each accept a different number of drafts. So, the way gpt-fast does it, we run the transformers
+weights (the same tensors, not a copy; q/k/v and gate/up optionally fused) through a forward of our own:
+
+* the KV cache is preallocated, ``[B, kv_heads, max_len, head_dim]`` per layer; a forward writes the new keys
+  and values of row b at positions ``start[b] .. start[b] + T - 1`` and attends to cache positions
+  ``<= `` its own position, so rolling a row back is only a smaller ``start`` next time (stale slots beyond
+  it are overwritten before anything can attend to them);
+* RoPE uses the inverse frequencies and attention scaling the transformers model computed from its config
+  (rope_theta and static rope scaling included); RMSNorm, SiLU MLP, GQA and tied embeddings as in
+  transformers, so greedy outputs match ``generate`` and logits match to float tolerance (tested);
+* ``hidden_layer`` returns the hidden state with transformers' ``hidden_states`` indexing (0 = embeddings,
+  i = after layer i, -1 / L = the final, normed state) for judges.
+
+Other architectures (and position-dependent RoPE variants or sliding windows) are refused by
+:func:`fast_unsupported`; callers fall back to the eager transformers path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+SUPPORTED_TYPES = ("llama", "qwen2")
+_STATIC_ROPE = ("default", "linear", "llama3", "yarn", "ntk")  # inv_freq does not depend on the position
+
+
+def fast_unsupported(model) -> str | None:
+    """Why ``model`` cannot run on the fast path (None if it can)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
+        return f"architecture {cfg.model_type!r} (fast path: {', '.join(SUPPORTED_TYPES)})"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
+        return "sliding-window layers"
+    rope = getattr(model.model, "rotary_emb", None)
+    if rope is None or getattr(rope, "rope_type", "default") not in _STATIC_ROPE:
+        return f"rope type {getattr(rope, 'rope_type', None)!r}"
+    return None
+
+
+@dataclass
+class _Layer:
+    wqkv: Tensor | None  # fused [q; k; v] rows (None: separate)
+    bqkv: Tensor | None
+    wq: Tensor
+    wk: Tensor
+    wv: Tensor
+    bq: Tensor | None
+    bk: Tensor | None
+    bv: Tensor | None
+    wo: Tensor
+    bo: Tensor | None
+    w_gate_up: Tensor | None
+    w_gate: Tensor
+    w_up: Tensor
+    w_down: Tensor
+    ln_attn: Tensor
+    ln_mlp: Tensor
+
+
+class StaticCache:
+    """Preallocated keys/values, one [B, kv_heads, max_len, head_dim] pair per layer."""
+
+    def __init__(self, n_layers: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device):
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.max_len = max_len
+
+    def row_view(self, row: int) -> "StaticCache":
+        """A one-row cache sharing this one's storage (writes land in the batch cache)."""
+        view = StaticCache.__new__(StaticCache)
+        view.keys = [k[row: row + 1] for k in self.keys]
+        view.values = [v[row: row + 1] for v in self.values]
+        view.max_len = self.max_len
+        return view
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only these batch rows (finished sequences leave the batch)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+
+
+class FastLM:
+    """The forward of a Llama / Qwen2 causal LM on a :class:`StaticCache` with per-row positions."""
+
+    def __init__(self, model, fused: bool = True, compile: bool = False):
+        reason = fast_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"no fast path for this model: {reason}")
+        cfg = model.config
+        self.config = cfg
+        self.n_heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.eps = cfg.rms_norm_eps
+        self.embed = model.get_input_embeddings().weight
+        self.lm_head = model.get_output_embeddings().weight
+        self.lm_head_bias = model.get_output_embeddings().bias
+        self.norm = model.model.norm.weight
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        rope = model.model.rotary_emb
+        self._inv_freq = rope.inv_freq.detach().float().to(self.device)
+        self._rope_scale = float(rope.attention_scaling)
+        self._cos = self._sin = None
+        self.layers = [self._layer(block, fused) for block in model.model.layers]
+        self._impl = torch.compile(self._forward, dynamic=True) if compile else self._forward
+
+    @staticmethod
+    def _layer(block, fused: bool) -> _Layer:
+        att, mlp = block.self_attn, block.mlp
+        bias = lambda lin: None if lin.bias is None else lin.bias.detach()  # noqa: E731
+        wq, wk, wv = (lin.weight.detach() for lin in (att.q_proj, att.k_proj, att.v_proj))
+        bq, bk, bv = bias(att.q_proj), bias(att.k_proj), bias(att.v_proj)
+        wqkv = torch.cat([wq, wk, wv]) if fused else None
+        bqkv = torch.cat([bq, bk, bv]) if fused and bq is not None and bk is not None and bv is not None else None
+        if fused and bq is not None and bqkv is None:  # partial biases: keep the projections separate
+            wqkv = None
+        has_mlp_bias = mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None or mlp.down_proj.bias is not None
+        if has_mlp_bias:
+            raise ValueError("no fast path for MLP biases")
+        w_gate, w_up = mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()
+        return _Layer(wqkv, bqkv, wq, wk, wv, bq, bk, bv, att.o_proj.weight.detach(), bias(att.o_proj),
+                      torch.cat([w_gate, w_up]) if fused else None, w_gate, w_up, mlp.down_proj.weight.detach(),
+                      block.input_layernorm.weight.detach(), block.post_attention_layernorm.weight.detach())
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def new_cache(self, batch: int, max_len: int) -> StaticCache:
+        self._rope_table(max_len)
+        return StaticCache(self.n_layers, batch, self.kv_heads, max_len, self.head_dim, self.dtype, self.device)
+
+    def _rope_table(self, max_len: int) -> None:
+        # The same float32 arithmetic as transformers' rotary embedding, tabulated once per length.
+        if self._cos is not None and self._cos.shape[0] >= max_len:
+            return
+        freqs = torch.arange(max_len, device=self.device, dtype=torch.float32)[:, None] * self._inv_freq[None]
+        emb = torch.cat([freqs, freqs], -1)
+        self._cos = (emb.cos() * self._rope_scale).to(self.dtype)
+        self._sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        # rotate_half(x) * sin == roll(x, D/2) * [-sin_1, sin_2]: one roll instead of chunk, neg and cat
+        half = self._sin.shape[-1] // 2
+        self._sin_signed = torch.cat([-self._sin[:, :half], self._sin[:, half:]], -1)
+
+    def _rms(self, x: Tensor, w: Tensor) -> Tensor:
+        if x.dtype == torch.float32:  # one fused kernel; the same arithmetic as transformers' in float32
+            return F.rms_norm(x, w.shape, w, self.eps)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * xf.to(x.dtype)
+
+    def forward(self, ids: Tensor, start: Tensor | int, cache: StaticCache, kv_len: int, *,
+                logit_cols: Tensor | None = None, hidden_layer: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Feed ``ids`` [B, T] to row b at positions start[b] + 0..T-1; return logits [B, C, V] at the columns
+        ``logit_cols`` (all T if None) and, if asked, the hidden state [B, T, H] of ``hidden_layer``.
+
+        ``start`` is a [B] tensor, or a host int when every row starts at the same position (then the
+        cache is written by slicing and, for one new token, attention needs no mask). ``kv_len`` (a host
+        int >= max(start) + T) bounds the cache slots attention reads.
+        """
+        return self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, hidden_layer)
+
+    def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, hidden_layer):
+        B, T = ids.shape
+        uniform = isinstance(start, int)
+        if uniform:
+            cos, sin = self._cos[start: start + T, None], self._sin_signed[start: start + T, None]  # [T, 1, D]
+            if T == 1 and kv_len == start + 1:
+                mask = None
+            else:
+                pos = start + torch.arange(T, device=ids.device)
+                mask = torch.arange(kv_len, device=ids.device)[None, :] <= pos[:, None]
+        else:
+            pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
+            cos, sin = self._cos[pos].unsqueeze(2), self._sin_signed[pos].unsqueeze(2)  # [B, T, 1, D]
+            mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
+            rows = torch.arange(B, device=ids.device)[:, None]
+        if hidden_layer is not None and hidden_layer < 0:
+            hidden_layer += self.n_layers + 1
+        x = F.embedding(ids, self.embed)
+        hidden = x if hidden_layer == 0 else None
+        nh, kvh, hd = self.n_heads, self.kv_heads, self.head_dim
+        for i, L in enumerate(self.layers):
+            h = self._rms(x, L.ln_attn)
+            if L.wqkv is not None:  # RoPE on q and k together: [B, T, nh + kvh, D]
+                qkv = F.linear(h, L.wqkv, L.bqkv).view(B, T, nh + 2 * kvh, hd)
+                qk, v = qkv[:, :, : nh + kvh], qkv[:, :, nh + kvh:]
+                qk = qk * cos + qk.roll(hd // 2, -1) * sin
+                q, k = qk[:, :, :nh], qk[:, :, nh:]
+            else:
+                q = F.linear(h, L.wq, L.bq).view(B, T, nh, hd)
+                k = F.linear(h, L.wk, L.bk).view(B, T, kvh, hd)
+                v = F.linear(h, L.wv, L.bv).view(B, T, kvh, hd)
+                q = q * cos + q.roll(hd // 2, -1) * sin
+                k = k * cos + k.roll(hd // 2, -1) * sin
+            q = q.transpose(1, 2)  # [B, nh, T, D]
+            if uniform:
+                keys[i][:, :, start: start + T] = k.transpose(1, 2)
+                values[i][:, :, start: start + T] = v.transpose(1, 2)
+            else:
+                keys[i][rows, :, pos] = k
+                values[i][rows, :, pos] = v
+            kk, vv = keys[i][:, :, :kv_len], values[i][:, :, :kv_len]
+            a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=hd ** -0.5,
+                                               enable_gqa=kvh != nh)
+            x = x + F.linear(a.transpose(1, 2).reshape(B, T, nh * hd), L.wo, L.bo)
+            h = self._rms(x, L.ln_mlp)
+            if L.w_gate_up is not None:
+                gate, up = F.linear(h, L.w_gate_up).chunk(2, -1)
+            else:
+                gate, up = F.linear(h, L.w_gate), F.linear(h, L.w_up)
+            x = x + F.linear(F.silu(gate) * up, L.w_down)
+            if hidden_layer == i + 1 and i + 1 < self.n_layers:
+                hidden = x
+        x = self._rms(x, self.norm)
+        if hidden_layer == self.n_layers:
+            hidden = x
+        if logit_cols is not None:
+            x = x[:, logit_cols] if logit_cols.dim() == 1 else x[torch.arange(B, device=x.device)[:, None], logit_cols]
+        return F.linear(x, self.lm_head, self.lm_head_bias), hidden
+

@@ -1,0 +1,247 @@
+"""The static-cache fast path: the lean forward against transformers, batched decoding against batch 1,
+and the batched verifier against the one-sequence one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from judgekit.decoding import SamplingConfig, SpeculativeDecoder
+from judgekit.errors import JudgekitError
+from judgekit.fastmodel import FastLM, fast_unsupported
+from judgekit.models import ModelPair, encode_prompt, format_prompt, load_model_pair
+from judgekit.rules import RULES, RuleContext, make_rule
+from judgekit.rules import verify_block as rules_verify_block
+from judgekit.synthetic import save_tiny_pair, tiny_model
+from judgekit.verify import verify_batch, verify_block
+
+PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "Speculative decoding",
+           "0 1 2", "Tom"]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def pair(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fast-" + request.param)
+    target, draft = save_tiny_pair(root, arch=request.param, seed=3)
+    return load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+
+
+def _ids(pair, text):
+    return encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, text))
+
+
+def _rope_variant(arch: str, variant: str):
+    model = tiny_model(arch, 97, hidden=64, layers=3, heads=4, seed=5)
+    if variant == "default":
+        return model
+    from transformers import AutoModelForCausalLM
+
+    cfg = model.config
+    if variant == "tied":
+        cfg.tie_word_embeddings = True
+    else:  # llama3-style rope scaling and a different theta
+        cfg.rope_parameters = {"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0,
+                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 16}
+    torch.manual_seed(5)
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("variant", ["default", "tied", "rope-scaled"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_forward_matches_transformers_logits_and_hidden_states(arch, variant, fused):
+    model = _rope_variant(arch, variant)
+    fm = FastLM(model, fused=fused)
+    ids = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(ids, output_hidden_states=True)
+        for layer in range(-1, fm.n_layers + 1):
+            cache = fm.new_cache(2, 32)
+            logits, hidden = fm.forward(ids, torch.zeros(2, dtype=torch.long), cache, 11, hidden_layer=layer)
+            torch.testing.assert_close(logits, ref.logits, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(hidden, ref.hidden_states[layer], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_ragged_rows_and_rollback_match_a_fresh_forward(arch):
+    """Rows at different lengths, then a rollback (a smaller start) and a rewrite, give the logits of a
+    plain forward over each row's own sequence."""
+    model = tiny_model(arch, 97, hidden=64, layers=2, heads=4, seed=1)
+    fm = FastLM(model)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randint(0, 97, (9,), generator=g), torch.randint(0, 97, (5,), generator=g)
+    cache = fm.new_cache(2, 40)
+    with torch.no_grad():
+        pad = torch.zeros(2, 9, dtype=torch.long)
+        pad[0], pad[1, :5] = a, b
+        fm.forward(pad, torch.zeros(2, dtype=torch.long), cache, 9)
+        # Row 0 rolls back 3 tokens and reads 3 new ones; row 1 continues from its length 5.
+        new = torch.randint(0, 97, (2, 3), generator=g)
+        logits, _ = fm.forward(new, torch.tensor([6, 5]), cache, 9)
+        seq0, seq1 = torch.cat([a[:6], new[0]]), torch.cat([b, new[1]])
+        torch.testing.assert_close(logits[0], model(seq0[None]).logits[0, -3:], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(logits[1], model(seq1[None]).logits[0, -3:], atol=1e-4, rtol=1e-4)
+
+
+def test_fast_greedy_equals_transformers_generate_and_eager(pair):
+    fast = SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True)
+    eager = SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=False)
+    assert fast.fast and not eager.fast
+    for text in PROMPTS:
+        ids = _ids(pair, text)
+        ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False)[0, len(ids):].tolist()
+        assert fast.generate_ids(ids, max_new_tokens=40).token_ids == ref
+        assert eager.generate_ids(ids, max_new_tokens=40).token_ids == ref
+
+
+def _rule(name, pair):
+    if name == "judge":
+        weight = torch.randn(pair.target.config.hidden_size, generator=torch.Generator().manual_seed(0))
+        return make_rule("judge", judge=lambda h, t: torch.sigmoid(h.float() @ weight), threshold=0.5)
+    return make_rule(name, lenience=0.5, lam=0.5, threshold=0.3, p_base=0.2)
+
+
+@pytest.mark.parametrize("rule_name", list(RULES))
+def test_batch_greedy_equals_batch_one_and_eager(pair, rule_name):
+    rule = _rule(rule_name, pair)
+    dec = SpeculativeDecoder(pair, rule, block_size=5, fast=True)
+    eager = SpeculativeDecoder(pair, rule, block_size=5, fast=False)
+    prompts = [_ids(pair, t) for t in PROMPTS]
+    budgets = [30, 7]
+    for budget in budgets:
+        seeds = [7 + i for i in range(len(prompts))]
+        batch = dec.generate_batch(prompts, max_new_tokens=budget, stop_strings=("fox",), seeds=seeds)
+        for ids, gen, seed in zip(prompts, batch, seeds):
+            one = dec.generate_ids(ids, max_new_tokens=budget, stop_strings=("fox",), seed=seed)
+            ref = eager.generate_ids(ids, max_new_tokens=budget, stop_strings=("fox",), seed=seed)
+            assert gen.token_ids == one.token_ids == ref.token_ids
+            assert gen.finish_reason == one.finish_reason == ref.finish_reason
+            assert sum(gen.stats.accept_hist) == gen.stats.target_calls
+            assert gen.stats.new_tokens == len(gen.token_ids) <= budget
+
+
+def test_batch_sampling_runs_and_is_reproducible(pair):
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, sampling=SamplingConfig(0.8, top_k=20))
+    prompts = [_ids(pair, t) for t in PROMPTS[:4]]
+    a = dec.generate_batch(prompts, max_new_tokens=20, seeds=[3, 4, 5, 6])
+    b = dec.generate_batch(prompts, max_new_tokens=20, seeds=[3, 4, 5, 6])
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert all(1 <= len(g.token_ids) <= 20 for g in a)
+
+
+def test_batch_stats_share_the_wall_time(pair):
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=4)
+    gens = dec.generate_batch([_ids(pair, t) for t in PROMPTS], max_new_tokens=16)
+    assert all(g.stats.wall_time > 0 for g in gens)
+
+
+def test_unsupported_architecture_falls_back_or_refuses(pair):
+    gpt2 = _gpt2()
+    assert fast_unsupported(gpt2) is not None and fast_unsupported(pair.target) is None
+    mixed = ModelPair(pair.target, gpt2, pair.tokenizer, "t", "d", pair.vocab_size, pair.device)
+    assert not SpeculativeDecoder(mixed, make_rule("lossless")).fast
+    with pytest.raises(JudgekitError, match="no fast path"):
+        SpeculativeDecoder(mixed, make_rule("lossless"), fast=True)
+    with pytest.raises(JudgekitError):
+        SpeculativeDecoder(pair, make_rule("lossless"), fast="yes")
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=400)).eval()
+
+
+# -- the batched verifier --------------------------------------------------------------------------------------
+
+
+def _rand_dists(g, *shape):
+    return torch.softmax(torch.randn(*shape, generator=g) * 3, -1)
+
+
+@pytest.mark.parametrize("rule_name", list(RULES))
+def test_verify_block_matches_the_rules_module_draw_for_draw(rule_name):
+    """Sampled: the batched verifier makes the same random draws as rules.verify_block, so a shared seed
+    gives the same accepted length and token."""
+    g = torch.Generator().manual_seed(0)
+    k, V, H = 4, 11, 6
+    weight = torch.randn(H, generator=g)
+    rule = make_rule(rule_name, judge=lambda h, t: torch.sigmoid(h @ weight), lenience=0.5, lam=0.5,
+                     threshold=0.3)
+    for trial in range(20):
+        p, q = _rand_dists(g, k + 1, V), _rand_dists(g, k, V)
+        x = torch.multinomial(q, 1, generator=g)[:, 0]
+        ctx = RuleContext(p, q, torch.randn(k, H, generator=g))
+        a = rules_verify_block(rule, p, q, x, ctx, torch.Generator().manual_seed(trial))
+        b = verify_block(rule, p, q, x, ctx, torch.Generator().manual_seed(trial))
+        assert (int(a.n_accepted), int(a.next_token)) == (int(b.n_accepted), int(b.next_token))
+
+
+@pytest.mark.parametrize("rule_name", list(RULES))
+def test_greedy_path_equals_sampling_one_hot_rows_and_honours_limits(rule_name):
+    g = torch.Generator().manual_seed(1)
+    B, k, V, H = 5, 4, 9, 6
+    weight = torch.randn(H, generator=g)
+    rule = make_rule(rule_name, judge=lambda h, t: torch.sigmoid(h @ weight), lenience=0.5, lam=0.5,
+                     threshold=0.3)
+    logits_p, logits_q = torch.randn(B, k + 1, V, generator=g), torch.randn(B, k, V, generator=g)
+    p = torch.zeros_like(logits_p).scatter_(-1, logits_p.argmax(-1, keepdim=True), 1.0)
+    x = torch.where(torch.rand(B, k, generator=g) < 0.6, logits_p[:, :k].argmax(-1), logits_q.argmax(-1))
+    q = torch.zeros(B, k, V).scatter_(-1, x[..., None], 1.0)
+    ctx = RuleContext(torch.softmax(logits_p, -1), torch.softmax(logits_q, -1), torch.randn(B, k, H, generator=g))
+    limit = torch.tensor([4, 0, 2, 4, 1])
+    n_g, t_g = verify_batch(rule, p, q, x, ctx, limit, greedy=True, generator=torch.Generator().manual_seed(0))
+    n_s, t_s = verify_batch(rule, p, q, x, ctx, limit, greedy=False, generator=torch.Generator().manual_seed(0))
+    assert n_g.tolist() == n_s.tolist() and t_g.tolist() == t_s.tolist()
+    assert (n_g <= limit).all()
+    # Per-row generators: each row alone, with only its own limit of drafts, decides the same.
+    n_r, t_r = verify_batch(rule, p, q, x, ctx, limit, greedy=True,
+                            generator=[torch.Generator().manual_seed(10 + b) for b in range(B)])
+    gens = [torch.Generator().manual_seed(10 + b) for b in range(B)]
+    for b in range(B):
+        kb = int(limit[b])
+        row_ctx = RuleContext(ctx.p_shape[b: b + 1, : kb + 1], ctx.q_shape[b: b + 1, :kb], ctx.hidden[b: b + 1, :kb])
+        n1, t1 = verify_batch(rule, p[b: b + 1, : kb + 1], q[b: b + 1, :kb], x[b: b + 1, :kb], row_ctx,
+                              greedy=True, generator=[gens[b]])
+        assert (int(n1), int(t1)) == (int(n_r[b]), int(t_r[b]))
+
+
+def test_continuous_batching_refills_rows_and_keeps_outputs(pair):
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=3)
+    prompts = [_ids(pair, t) for t in PROMPTS] * 2
+    stop = ("o", "s")  # rows stop at different steps, so finished rows are refilled while others run
+    full = [g.token_ids for g in dec.generate_batch(prompts, max_new_tokens=40, stop_strings=stop)]
+    assert len({len(t) for t in full}) > 2
+    assert [g.token_ids for g in dec.generate_batch(prompts, 40, stop, batch_size=3)] == full
+    assert full == [dec.generate_ids(ids, max_new_tokens=40, stop_strings=stop).token_ids for ids in prompts]
+
+
+def test_bench_decode_cli_reports_every_decoder(capsys):
+    from judgekit.cli import main
+
+    rc = main(["bench", "decode", "--pair", "pocket", "--prompts", "2", "--max-new-tokens", "6",
+               "--batch-size", "2", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "outputs identical: True" in out
+    for name in ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast"):
+        assert name in out
+
+
+def test_bench_decode_rejects_a_bad_batch_size(capsys):
+    from judgekit.cli import main
+
+    assert main(["bench", "decode", "--pair", "pocket", "--batch-size", "0"]) == 2
+    assert "judgekit: error: --batch-size" in capsys.readouterr().err
+
+
+def test_evaluation_at_batch_size_equals_batch_one():
+    from judgekit.evaluation import evaluate_rule
+    from judgekit.tasks import get_task
+
+    pocket = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=8)
+    one = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64)
+    many = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64, batch_size=4)
+    assert (one.correct, one.stats.new_tokens) == (many.correct, many.stats.new_tokens)

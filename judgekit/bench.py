@@ -3,7 +3,7 @@
 All three run in one process on the same pair, prompts and block size, after a warm-up; the outputs must
 be identical (greedy lossless SD is exact), and we print tokens/s and the ratio judgekit / HF.
 Pairs: a model directory pair, the pocket pair, or random-init models built from real configs and
-rewired into a controlled-agreement pair (DESIGN.md §8; no download).
+rewired into a controlled-agreement pair (docs/design.md §8; no download).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class SamplingConfig:
 def to_probs(logits: Tensor, cfg: SamplingConfig, need_shape: bool) -> tuple[Tensor, Tensor | None]:
     """Rows of sampling probabilities, plus the distribution 'shape' some rules decide on.
 
-    Greedy gives one-hot rows (DESIGN.md §2) and, when asked, the temperature-1 softmax as the shape; with
+    Greedy gives one-hot rows (docs/design.md §2) and, when asked, the temperature-1 softmax as the shape; with
     sampling the shape is the sampling distribution itself (None: the rule reads p and q directly).
     """
     logits = logits.float()

@@ -1,7 +1,7 @@
 """Acceptance rules of the paper's unified framework, as small pure objects.
 
 A rule is an acceptance probability h(x) for a drafted token x plus a residual distribution r sampled on
-rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one position (DESIGN.md §2).
+rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one position (docs/design.md §2).
 Every rule exposes three vectorised pieces, all over a block of k positions at once:
 
 * ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k] (or, given x [k, m], h at m
@@ -13,7 +13,7 @@ Every rule exposes three vectorised pieces, all over a block of k positions at o
   :func:`verify_block`.
 
 ``p`` and ``q`` are the target and draft distributions after the same sampling transform (temperature,
-top-k/top-p). Greedy decoding is the limit where both are one-hot (DESIGN.md §2); rules whose decision
+top-k/top-p). Greedy decoding is the limit where both are one-hot (docs/design.md §2); rules whose decision
 depends on the *shape* of the distributions (fuzzy's divergence, the truncation sets) read it from
 ``ctx.p_shape``/``ctx.q_shape``, which the decoder fills with the temperature-1 softmax in greedy mode and
 with p and q themselves otherwise. The decoder has no rule-specific branches: it calls

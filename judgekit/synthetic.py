@@ -3,7 +3,7 @@
 * :func:`tiny_tokenizer` trains a small byte-level BPE in memory, so a saved "model directory" has real
   tokenizer files and loads through the public loading path.
 * :func:`tiny_model` builds a random Llama / Qwen2 model of a given size.
-* :func:`make_controlled_pair` is DESIGN.md §8's construction for real-size benchmarks: zero every attention
+* :func:`make_controlled_pair` is docs/design.md §8's construction for real-size benchmarks: zero every attention
   output and MLP down projection (compute unchanged, the residual stream becomes the token's own
   embedding) and set the LM-head rows to embedding rows under a permutation, so the target predicts a fixed
   successor of the current token; the draft uses the same successor except on a chosen fraction of tokens.
@@ -102,7 +102,7 @@ def save_tiny_pair(root: Path, arch: str = "llama", seed: int = 0, draft_noise: 
 
 
 def make_controlled_pair(target, draft, agreement: float, seed: int = 0) -> torch.Tensor:
-    """Rewire target and draft in place so greedy decoding follows a fixed permutation (DESIGN.md §8).
+    """Rewire target and draft in place so greedy decoding follows a fixed permutation (docs/design.md §8).
 
     Returns the successor permutation. The draft agrees with the target on about ``agreement`` of the
     tokens. Both models must share the embedding width of their own, not each other's: each is rewired

@@ -1,4 +1,4 @@
-"""Tests of judgekit.rules against the paper (DESIGN.md §2).
+"""Tests of judgekit.rules against the paper (docs/design.md §2).
 
 The reference closed forms below are written independently of judgekit.rules, in float64 numpy, straight
 from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):

@@ -1,4 +1,4 @@
-"""`judgekit pocket train|eval`: rebuild the pocket world's target/draft pair and measure it (DESIGN.md §6)."""
+"""`judgekit pocket train|eval`: rebuild the pocket world's target/draft pair and measure it (docs/design.md §6)."""
 
 from __future__ import annotations
 

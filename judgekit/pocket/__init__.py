@@ -1,4 +1,4 @@
-"""The pocket world's shipped models (DESIGN.md §6): where they live and how their aliases resolve.
+"""The pocket world's shipped models (docs/design.md §6): where they live and how their aliases resolve.
 
 Kept free of heavy imports so that the model loader can use it cheaply (the task generators in judgekit/tasks
 never import this package; their shared helpers are judgekit.tasks.pocket_common); the tokenizer builder,

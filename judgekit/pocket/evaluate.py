@@ -5,7 +5,7 @@ Block efficiency is computed exactly from teacher forcing: with greedy lossless 
 output is the target's greedy output R, and each block accepts the leading run (at most gamma) of positions
 where the draft's argmax on R's prefix equals R's token, then emits one more token (the correction, or the
 bonus token after gamma accepted ones). The mismatch census substitutes the draft's token at a mismatch,
-lets the target complete greedily and compares outcomes, as mining does (DESIGN.md §3), but at each
+lets the target complete greedily and compares outcomes, as mining does (docs/design.md §3), but at each
 mismatch of the original response independently (a rough count, not the miner's running prefix).
 """
 

@@ -326,7 +326,7 @@ def parse_results(stdout: str, n_tests: int) -> list[bool]:
 
 
 class PocketCode(PocketTask):
-    """Short function-writing tasks with hidden asserts, generated from a seed (DESIGN.md §6)."""
+    """Short function-writing tasks with hidden asserts, generated from a seed (docs/design.md §6)."""
 
     name = "pocket-code"
     source = "generator:judgekit.tasks.pocket_code"

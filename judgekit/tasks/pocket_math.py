@@ -283,7 +283,7 @@ class PocketTask(Task):
 
 
 class PocketMath(PocketTask):
-    """GSM8K-shaped arithmetic word problems generated from a seed (DESIGN.md §6)."""
+    """GSM8K-shaped arithmetic word problems generated from a seed (docs/design.md §6)."""
 
     name = "pocket-math"
     source = "generator:judgekit.tasks.pocket_math"

@@ -74,7 +74,8 @@ def verify_batch(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
     elif host_limits is not None:
         limit = torch.tensor(host_limits, dtype=torch.long, device=dev)
     if k > 0:
-        flat_ctx = RuleContext(_flat(ctx.p_shape, k), _flat(ctx.q_shape, k), _flat(ctx.hidden, k))
+        flat_ctx = RuleContext(_flat(ctx.p_shape, k), _flat(ctx.q_shape, k), _flat(ctx.hidden, k),
+                               draft_hidden=_flat(ctx.draft_hidden, k))
         h = rule.acceptance(_flat(p, k), _flat(q, k), x.reshape(-1), flat_ctx).view(B, k).float()
         accepted = uniform((B, k), generator, dev, host_limits) < h
         accepted &= torch.arange(k, device=dev)[None] < limit[:, None]
@@ -86,7 +87,8 @@ def verify_batch(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
     p_n = _rows(p, n)
     bonus = rule.bonus(p_n, RuleContext(_rows(ctx.p_shape, n), None, None))
     if k > 0:
-        row_ctx = RuleContext(_rows(ctx.p_shape, at), _rows(ctx.q_shape, at), _rows(ctx.hidden, at))
+        row_ctx = RuleContext(_rows(ctx.p_shape, at), _rows(ctx.q_shape, at), _rows(ctx.hidden, at),
+                              draft_hidden=_rows(ctx.draft_hidden, at))
         residual = rule.residual(_rows(p, at), _rows(q, at), row_ctx)
         dist = torch.where((n < limit)[:, None], residual, bonus)
     else:
@@ -100,6 +102,6 @@ def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
     """One sequence ([k+1, V] / [k, V] / [k]) through :func:`verify_batch`; the same result type as
     :func:`judgekit.rules.verify_block`."""
     up = lambda t: None if t is None else t.unsqueeze(0)  # noqa: E731
-    bctx = RuleContext(up(ctx.p_shape), up(ctx.q_shape), up(ctx.hidden))
+    bctx = RuleContext(up(ctx.p_shape), up(ctx.q_shape), up(ctx.hidden), draft_hidden=up(ctx.draft_hidden))
     n, nxt = verify_batch(rule, p.unsqueeze(0), q.unsqueeze(0), x.unsqueeze(0), bctx, None, greedy, generator)
     return BlockResult(n[0], nxt[0])

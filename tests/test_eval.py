@@ -297,7 +297,8 @@ def test_demo_mines_trains_and_evaluates(tmp_path, capsys):
     text = capsys.readouterr()
     for stage in ("[1/3] mining", "[2/3] training", "[3/3] evaluating", "done in"):
         assert stage in text.out
-    assert "the 1:9 judge was not trained" in text.out
+    # Whether two mined problems suffice for the 1:9 judge depends on the pair; either way the demo goes on.
+    assert ("the 1:9 judge was not trained" in text.out) or (out / "judges" / "judge-1to9").is_dir()
     rows = summarize(read_records(out / "eval" / "pocket-math"))
     rules = {r["rule"] for r in rows}
     assert rules == {"lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "judge", "speccascade", "minp",

@@ -223,9 +223,10 @@ def test_private_tmp_places_are_fresh_and_vanish(confined):
     host_marker = Path("/tmp") / f"{tag}-host"
     host_marker.write_text("host file")
     try:
-        code = (f"import os\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+        code = (f"import os, sys\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n"
                 f"    open(os.path.join(d, {tag!r}), 'w').write('x' * 1000)\n"
-                f"    print(d, sorted(n for n in os.listdir(d) if not n.startswith('judgekit-sbx-')))\n"
+                f"    print(d, sorted(n for n in os.listdir(d) if not n.startswith('judgekit-sbx-')\n"
+                f"                    and not sys.prefix.startswith(os.path.join(d, n) + os.sep)))\n"
                 f"print(os.path.exists({str(host_marker)!r}))\n")
         res = run_program(code)
         assert res.status == "ok", res.stderr

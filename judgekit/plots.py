@@ -75,11 +75,7 @@ def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "") -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def matched_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
@@ -129,6 +125,12 @@ def plot_truncation(rows: list[dict], out: str | Path, title: str = "") -> Path 
         ax.legend(fontsize=7)
     fig.suptitle(f"{title + ': ' if title else ''}truncation rules vs matched baselines", fontsize=10)
     fig.tight_layout()
+    return _save(fig, out)
+
+
+def _save(fig, out) -> Path:
+    """Write a figure as PNG (creating the folder) and free it: matplotlib keeps open figures alive."""
+    plt = _pyplot()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

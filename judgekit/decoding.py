@@ -13,6 +13,8 @@ read yet (at least the last one); the next forward feeds exactly the unread suff
 
 from __future__ import annotations
 
+import weakref
+
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -151,7 +153,7 @@ def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
     """(target, draft) fast forwards, or None for the eager transformers path.
 
     "auto" takes the fast path when both models support it; True insists (a clear error otherwise)."""
-    from judgekit.fastmodel import FastLM, fast_unsupported
+    from judgekit.fastmodel import fast_unsupported
 
     if fast not in (True, False, "auto"):
         raise JudgekitError(f"fast must be True, False or 'auto', got {fast!r}")
@@ -162,7 +164,24 @@ def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
         if fast is True:
             raise JudgekitError(f"no fast path for this pair: {reasons[0]}")
         return None
-    return FastLM(pair.target, compile=compile), FastLM(pair.draft, compile=compile)
+    return _fast_lm(pair.target, compile), _fast_lm(pair.draft, compile)
+
+
+# A FastLM holds fused copies of the projection weights: build one per (model, compile) and share it between
+# decoders, so a sweep of many rules (one decoder each) neither re-fuses a 7B model per point nor holds two copies.
+_FAST_LMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fast_lm(model, compile: bool):
+    from judgekit.fastmodel import FastLM
+
+    # In-place updates of the weights (training, perturbation) bump tensor versions: rebuild then.
+    version = (tuple(p.data_ptr() for p in model.parameters()), sum(p._version for p in model.parameters()))
+    per_model = _FAST_LMS.setdefault(model, {})
+    cached = per_model.get(compile)
+    if cached is None or cached[0] != version:
+        per_model[compile] = cached = (version, FastLM(model, compile=compile))
+    return cached[1]
 
 
 class SpeculativeDecoder:

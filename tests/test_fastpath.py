@@ -245,3 +245,24 @@ def test_evaluation_at_batch_size_equals_batch_one():
     one = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64)
     many = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64, batch_size=4)
     assert (one.correct, one.stats.new_tokens) == (many.correct, many.stats.new_tokens)
+
+
+def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_updates(tmp_path):
+    """Decoders of one pair share its fused fast forwards (a sweep builds them once); changing the weights in
+    place (training, perturbation) must not leave a decoder on stale fused copies."""
+    target, draft = save_tiny_pair(tmp_path, arch="llama", seed=5)
+    local = load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+    a = SpeculativeDecoder(local, make_rule("lossless"), block_size=4, fast=True)
+    b = SpeculativeDecoder(local, make_rule("cos", lam=0.5), block_size=4, fast=True)
+    assert a._fast[0] is b._fast[0] and a._fast[1] is b._fast[1]
+    ids = _ids(local, "Tom has 3 apples")
+    before = a.generate_ids(ids, max_new_tokens=24).token_ids
+    with torch.no_grad():
+        for p in local.target.model.layers[0].self_attn.q_proj.parameters():
+            p.mul_(-3.0)
+        local.target.model.layers[0].mlp.up_proj.weight.mul_(5.0)
+    c = SpeculativeDecoder(local, make_rule("lossless"), block_size=4, fast=True)
+    assert c._fast[0] is not a._fast[0]
+    ref = local.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+    assert c.generate_ids(ids, max_new_tokens=24).token_ids == ref
+    assert ref != before  # the update changed the output, so a stale forward would have been caught

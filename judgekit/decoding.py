@@ -214,10 +214,12 @@ class SpeculativeDecoder:
 
     def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
                        stop_strings: tuple[str, ...] = (), seeds: list[int] | None = None,
-                       prompts: list[str] | None = None, batch_size: int | None = None) -> list[Generation]:
+                       prompts: list[str] | None = None, batch_size: int | None = None,
+                       on_finish=None) -> list[Generation]:
         """Decode several prompts together (up to ``batch_size`` sequences in lockstep on the fast path, a
         finished one's place taken by the next prompt; one at a time on the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
-        its share of the batch's wall time, so merged stats give the aggregate tokens/s."""
+        its share of the batch's wall time, so merged stats give the aggregate tokens/s. ``on_finish(i, gen)``
+        is called as soon as prompt i is done (in completion order on the fast path)."""
         if max_new_tokens < 1:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if not prompt_ids:
@@ -227,13 +229,17 @@ class SpeculativeDecoder:
         seeds = list(seeds) if seeds is not None else list(range(len(prompt_ids)))
         names = list(prompts) if prompts is not None else [""] * len(prompt_ids)
         if self._fast is None:
-            return [self._generate_eager(ids, max_new_tokens, stop_strings, s, name)
-                    for ids, s, name in zip(prompt_ids, seeds, names)]
+            out = []
+            for i, (ids, s, name) in enumerate(zip(prompt_ids, seeds, names)):
+                out.append(self._generate_eager(ids, max_new_tokens, stop_strings, s, name))
+                if on_finish is not None:
+                    on_finish(i, out[-1])
+            return out
         from judgekit.fastdecode import generate_batch_fast
 
         with torch.inference_mode():
             return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
-                                       seeds, names, batch_size)
+                                       seeds, names, batch_size, on_finish)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),

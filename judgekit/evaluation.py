@@ -286,9 +286,10 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
 
     Pairs are enumerated point-major and dealt round-robin to ranks, so each rank holds a slice of every point
     and the ranks finish together. `progress(message)` is called after each point this rank works on.
-    ``batch_size`` > 1 decodes up to that many problems of a point in lockstep (the fast path's continuous
-    batching), ``max(flush_every, batch_size)`` at a time so that each committed shard is one batched call;
-    every problem keeps its own seed, so greedy records do not depend on the batch size (tested).
+    ``batch_size`` > 1 decodes up to that many problems of a point in lockstep on the fast path, a finished
+    problem's place taken by the next (continuous batching); records are committed every ``flush_every``
+    finished problems. Every problem keeps its own seed, so greedy records do not depend on the batch size
+    (tested).
     """
     import time as _time
 
@@ -306,28 +307,30 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     by_point: dict[int, list[int]] = {}
     for pi, qi in todo:
         by_point.setdefault(pi, []).append(qi)
-    chunk = max(flush_every, batch_size) if batch_size > 1 else flush_every
     for n_point, (pi, qis) in enumerate(by_point.items(), 1):
         point = points[pi]
         sampling = SamplingConfig(point.temperature, settings.top_k, settings.top_p)
         decoder = SpeculativeDecoder(pair, _build_rule(point, pair, judges), point.block_size, sampling)
-        start, correct = _time.perf_counter(), 0
-        for lo in range(0, len(qis), chunk):
-            part = qis[lo: lo + chunk]
-            for qi in part:
-                if qi not in prompts:
-                    prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
-                        problems[qi], pair.tokenizer, chat_template=settings.chat_template))
-            seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in part]
-            if batch_size > 1:
-                gens = decoder.generate_batch([prompts[qi] for qi in part], settings.max_new_tokens,
-                                              task.stop_strings, seeds, batch_size=batch_size)
-            else:
-                gens = [decoder.generate_ids(prompts[qi], settings.max_new_tokens, task.stop_strings, s)
-                        for qi, s in zip(part, seeds)]
-            rows = [point_record(task, problems[qi], point, g) for qi, g in zip(part, gens)]
-            correct += sum(r["correct"] for r in rows)
-            writer.write(rows)
+        start, correct, pending = _time.perf_counter(), 0, []
+        for qi in qis:
+            if qi not in prompts:
+                prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
+                    problems[qi], pair.tokenizer, chat_template=settings.chat_template))
+
+        def finished(i: int, gen) -> None:  # commit a shard every flush_every finished problems
+            nonlocal correct, pending
+            row = point_record(task, problems[qis[i]], point, gen)
+            correct += row["correct"]
+            pending.append(row)
+            if len(pending) >= flush_every:
+                writer.write(pending)
+                pending = []
+
+        seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
+        # All of the point's problems in one call: finished rows are refilled (continuous batching).
+        decoder.generate_batch([prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings, seeds,
+                               batch_size=batch_size, on_finish=finished)
+        writer.write(pending)
         if progress:
             progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} gamma={point.block_size}"
                      f" seed={point.seed}: {correct}/{len(qis)} correct ({_time.perf_counter() - start:.1f}s)")

@@ -50,9 +50,10 @@ def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev) 
 
 def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[list[int]], max_new_tokens: int,
                         stop_strings: tuple[str, ...], seeds: list[int], names: list[str],
-                        batch_size: int | None = None) -> list[Generation]:
+                        batch_size: int | None = None, on_finish=None) -> list[Generation]:
     """Decode ``prompts`` with up to ``batch_size`` sequences in flight (all of them if None); a finished
-    sequence's cache row is refilled with the next waiting prompt (continuous batching)."""
+    sequence's cache row is refilled with the next waiting prompt (continuous batching). ``on_finish(i, gen)``
+    is called as soon as sequence i is done (callers commit results while the rest decode)."""
     pair, dev, vocab, gamma = decoder.pair, decoder.pair.device, decoder.pair.vocab_size, decoder.gamma
     sampling, rule = decoder.sampling, decoder.rule
     greedy, need_shape = sampling.greedy, decoder.need_shape
@@ -70,6 +71,15 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
     active = list(range(slots))  # batch row i of the caches is sequence active[i]
     waiting = iter(range(slots, B))
     d_unread = [1] * B
+    results: list[Generation | None] = [None] * B
+
+    def done(j: int) -> None:
+        completion = seqs[j][n_prompt[j]:]
+        stats[j].new_tokens = len(completion)
+        text = pair.tokenizer.decode(completion, skip_special_tokens=True)
+        results[j] = Generation(names[j], text, completion, stats[j], finish[j])
+        if on_finish is not None:
+            on_finish(j, results[j])
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
     start = time.perf_counter()
     _prefill(target, draft, (t_cache, d_cache), [seqs[j] for j in active], dev)
@@ -161,6 +171,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         for i in range(A):  # refill finished rows with waiting prompts, in place
             if i in keep:
                 continue
+            done(active[i])
             j = next(waiting, None)
             if j is None:
                 continue
@@ -176,10 +187,4 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             t_cache.select(rows)
             d_cache.select(rows)
         active = [active[i] for i in sorted(keep)]
-    out = []
-    for j in range(B):
-        completion = seqs[j][n_prompt[j]:]
-        stats[j].new_tokens = len(completion)
-        text = pair.tokenizer.decode(completion, skip_special_tokens=True)
-        out.append(Generation(names[j], text, completion, stats[j], finish[j]))
-    return out
+    return results

@@ -202,10 +202,7 @@ class SpeculativeDecoder:
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
-        if self.need_draft_hidden and fast is True:
-            raise JudgekitError("the fast path does not pass the draft's hidden states to a target+draft judge")
-        # The fast path does not yet return the draft's hidden states: such judges run on the eager path.
-        self._fast = None if self.need_draft_hidden else _fast_models(pair, fast, compile)
+        self._fast = _fast_models(pair, fast, compile)
 
     @property
     def fast(self) -> bool:

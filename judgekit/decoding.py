@@ -189,7 +189,7 @@ class SpeculativeDecoder:
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
                  sampling: SamplingConfig | None = None, hidden_layer: int | None = None,
-                 fast: bool | str = "auto", compile: bool = False):
+                 fast: bool | str = "auto", compile: bool = False, cuda_graphs: bool = False):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
@@ -203,6 +203,13 @@ class SpeculativeDecoder:
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
         self._fast = _fast_models(pair, fast, compile)
+        self._step = None  # the fast path's step forwards, when they replay CUDA graphs
+        if cuda_graphs:
+            if self._fast is None or pair.device.type != "cuda":
+                raise JudgekitError("CUDA graphs need the fast path on a CUDA device")
+            from judgekit.cudagraphs import GraphedLM
+
+            self._step = (GraphedLM(self._fast[0]), GraphedLM(self._fast[1]))
 
     @property
     def fast(self) -> bool:

@@ -81,6 +81,8 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         if on_finish is not None:
             on_finish(j, results[j])
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
+    # Decoding steps may replay CUDA graphs (judgekit.cudagraphs); prefills always run the plain forward.
+    t_step, d_step = getattr(decoder, "_step", None) or (target, draft)
     d_layer = -1 if decoder.need_draft_hidden else None  # a target+draft judge reads the draft's final state
     start = time.perf_counter()
     _prefill(target, draft, (t_cache, d_cache), [seqs[j] for j in active], dev)
@@ -101,14 +103,14 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             cols = [len(u) - 1 for u in unread]
             kv_len = max(starts) + ids.shape[1]
             if A == 1:  # host positions: cache writes by slicing, no mask for one-token steps
-                logits, d_h = draft.forward(ids, starts[0], d_cache, kv_len, hidden_layer=d_layer)
+                logits, d_h = d_step.forward(ids, starts[0], d_cache, kv_len, hidden_layer=d_layer)
                 d_h = d_h[:, -1] if d_h is not None else None
                 pos = starts[0] + ids.shape[1]
                 kv_len = pos
             else:
                 d_start = torch.tensor(starts, device=dev)
                 col = torch.tensor(cols, device=dev)[:, None]
-                logits, d_h = draft.forward(ids, d_start, d_cache, kv_len, logit_cols=col, hidden_layer=d_layer)
+                logits, d_h = d_step.forward(ids, d_start, d_cache, kv_len, logit_cols=col, hidden_layer=d_layer)
                 d_h = d_h[torch.arange(A, device=dev), col[:, 0]] if d_h is not None else None
                 pos = d_start + col[:, 0] + 1  # where the next draft token is written
             for i in range(k):
@@ -128,7 +130,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
                 drafted.append(tok)
                 if i + 1 < k:
                     kv_len += 1
-                    logits, d_h = draft.forward(tok[:, None], pos, d_cache, kv_len, hidden_layer=d_layer)
+                    logits, d_h = d_step.forward(tok[:, None], pos, d_cache, kv_len, hidden_layer=d_layer)
                     d_h = d_h[:, -1] if d_h is not None else None
                     pos = pos + 1
             x = torch.stack(drafted, 1)  # [A, k]
@@ -138,7 +140,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         last = torch.tensor([seqs[j][-1] for j in active], device=dev)
         t_start = lens[0] - 1 if A == 1 else torch.tensor([n - 1 for n in lens], device=dev)
         ids = torch.cat([last[:, None], x], 1)
-        logits, hidden = target.forward(ids, t_start, t_cache, max(lens) + k, hidden_layer=hidden_layer)
+        logits, hidden = t_step.forward(ids, t_start, t_cache, max(lens) + k, hidden_layer=hidden_layer)
         logits = logits[..., :vocab].float()
         if greedy:
             p = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)

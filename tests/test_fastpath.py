@@ -266,3 +266,50 @@ def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_up
     ref = local.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
     assert c.generate_ids(ids, max_new_tokens=24).token_ids == ref
     assert ref != before  # the update changed the output, so a stale forward would have been caught
+
+
+def _static_form(dec):
+    """Run a decoder's steps in the static form CUDA graphs capture (whole-cache attention, tensor positions),
+    without capturing: the same forward a graph replays, checkable on a CPU."""
+    from judgekit.cudagraphs import GraphedLM
+
+    dec._step = (GraphedLM(dec._fast[0], capture=False), GraphedLM(dec._fast[1], capture=False))
+    return dec
+
+
+@pytest.mark.parametrize("rule_name", ["lossless", "cos"])
+def test_static_form_of_the_graphed_step_equals_the_dynamic_forward(pair, rule_name):
+    rule = make_rule(rule_name) if rule_name == "lossless" else make_rule("cos", lam=0.5)
+    prompts = [_ids(pair, t) for t in PROMPTS]
+    plain = SpeculativeDecoder(pair, rule, block_size=4, fast=True)
+    static = _static_form(SpeculativeDecoder(pair, rule, block_size=4, fast=True))
+    for bs in (1, 3):
+        want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        got = static.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        assert [g.stats.accept_hist for g in got] == [g.stats.accept_hist for g in want]
+    # Sampled: the same draws, so the same tokens.
+    sampled = SamplingConfig(temperature=1.0)
+    want = SpeculativeDecoder(pair, rule, 4, sampled, fast=True).generate_batch(prompts, 30, seeds=[1] * 6,
+                                                                                 batch_size=3)
+    got = _static_form(SpeculativeDecoder(pair, rule, 4, sampled, fast=True)).generate_batch(
+        prompts, 30, seeds=[1] * 6, batch_size=3)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_cuda_graphs_need_a_cuda_device(pair):
+    with pytest.raises(JudgekitError, match="CUDA"):
+        SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tmp_path):
+    target, draft = save_tiny_pair(tmp_path, arch="qwen2", seed=3)
+    gpu = load_model_pair(str(target), str(draft), device="cuda", dtype="fp32")
+    prompts = [_ids(gpu, t) for t in PROMPTS]
+    plain = SpeculativeDecoder(gpu, make_rule("lossless"), block_size=4, fast=True)
+    graphed = SpeculativeDecoder(gpu, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True)
+    for bs in (1, 3):
+        want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        got = graphed.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]

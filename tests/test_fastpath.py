@@ -313,3 +313,18 @@ def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tmp_path):
         want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
         got = graphed.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
         assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
+    from judgekit.cli import main
+
+    rc = main(["bench", "eval", "--problems", "3", "--max-new-tokens", "24", "--batch-sizes", "1,3",
+               "--threads", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "greedy records identical across batch sizes: True" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "3"] and rows[0][-1] == "1.00x"
+    assert all(r[1] == "3" for r in rows)  # each batch size recorded every problem
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-1", "batch-3"]
+    assert main(["bench", "eval", "--batch-sizes", "1,x"]) == 2
+    assert "--batch-sizes" in capsys.readouterr().err

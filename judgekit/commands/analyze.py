@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 
+from judgekit.commands._args import add_model_args
 from judgekit.errors import JudgekitError
 
 DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
@@ -42,16 +43,13 @@ def register(sub) -> None:
     src.add_argument("--sharpness", type=float, default=1.0,
                      help="q = softmax(sharpness * log p + noise): > 1 gives an over-confident draft")
     src.add_argument("--seed", type=int, default=0)
-    src.add_argument("--target", help="target model (hub id, directory or pocket-target); with --draft, --task")
-    src.add_argument("--draft", help="draft model")
+    add_model_args(src, required=False, note="a pair given with --task replaces the synthetic family")
     src.add_argument("--task", help="task whose target responses are read (e.g. pocket-math)")
     src.add_argument("--limit", type=int, default=8, help="problems read (model pairs)")
     src.add_argument("--split", default="test")
     src.add_argument("--data-file", help="local JSONL/Parquet file of the task's problems")
     src.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (0: one-hot rows)")
     src.add_argument("--max-new-tokens", type=int, default=128)
-    src.add_argument("--device", default="auto")
-    src.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     rules = p.add_argument_group("rules and their parameters (comma lists sweep)")
     rules.add_argument("--rule", nargs="+", default=DEFAULT_RULES, metavar="NAME", help="rules to analyse")
     rules.add_argument("--lenience", type=_floats("--lenience"), default=[0.2, 0.5, 0.8])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from judgekit.commands._args import add_model_args
 from judgekit.errors import JudgekitError
 
 DEFAULT_PROMPTS = [
@@ -94,8 +95,7 @@ def register(sub) -> None:
     d.add_argument("--pair", default="pocket", choices=["pocket", "cpu", "qwen2.5"],
                    help="pocket: the shipped pocket pair; cpu: small random-init Qwen2 pair with controlled "
                         "agreement; qwen2.5: random-init Qwen2.5-7B / 0.5B shapes (GPU)")
-    d.add_argument("--target", help="target model (overrides --pair)")
-    d.add_argument("--draft", help="draft model (overrides --pair)")
+    add_model_args(d, required=False, note="--target and --draft together override --pair")
     d.add_argument("--task", help="take prompts from a task (e.g. pocket-math) instead of the built-in ones")
     d.add_argument("--split", default="test")
     d.add_argument("--agreement", type=float, default=0.8, help="draft/target agreement of synthetic pairs")
@@ -109,8 +109,6 @@ def register(sub) -> None:
     d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    d.add_argument("--device", default="auto")
-    d.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     d.set_defaults(func=run_decode)
     m = bench_sub.add_parser("mine", help="judgekit's miner vs the plain reference procedure",
                              description="Mines the same problems with judgekit's miner and a plain "
@@ -118,15 +116,12 @@ def register(sub) -> None:
                                          "to EOS/max_new_tokens, batch 1); prints label agreement and the "
                                          "wall-time ratio.")
     m.add_argument("--task", default="pocket-math")
-    m.add_argument("--target", default="pocket-target")
-    m.add_argument("--draft", default="pocket-draft")
+    add_model_args(m, required=False, target="pocket-target", draft="pocket-draft")
     m.add_argument("--split", default="train")
     m.add_argument("--data-file")
     m.add_argument("--problems", type=int, default=8)
     m.add_argument("--max-new-tokens", type=int, default=256)
     m.add_argument("--batch-size", type=int, default=8, help="problems judgekit's miner advances together")
     m.add_argument("--threads", type=int, help="CPU threads for torch")
-    m.add_argument("--device", default="auto")
-    m.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     m.set_defaults(func=run_mine)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -12,7 +12,7 @@ import torch
 
 from judgekit.errors import JudgekitError
 from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
-from judgekit.synthetic import save_tiny_pair
+from judgekit.benchmarks.synthetic import save_tiny_pair
 
 
 def _judge(hidden: int, seed: int = 0) -> LinearJudge:

@@ -17,7 +17,7 @@ from judgekit.mining import MineConfig, Miner
 from judgekit.mining_reference import ReferenceMiner, label_agreement
 from judgekit.models import load_model_pair
 from judgekit.store import read_mismatches, read_problems, validate_dir
-from judgekit.synthetic import save_tiny_pair
+from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.tasks.base import Problem, Task
 
 

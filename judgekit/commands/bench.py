@@ -36,7 +36,7 @@ def _prompts_for(args, pair) -> list[list[int]]:
 def run_decode(args) -> int:
     import torch
 
-    from judgekit.bench import format_report, run_decode_bench, synthetic_pair
+    from judgekit.benchmarks import format_report, run_decode_bench, synthetic_pair
     from judgekit.models import load_model_pair
 
     if args.threads:
@@ -67,7 +67,7 @@ def run_decode(args) -> int:
 def run_mine(args) -> int:
     import torch
 
-    from judgekit.bench import format_mine_report, run_mine_bench
+    from judgekit.benchmarks import format_mine_report, run_mine_bench
     from judgekit.mining import MineConfig
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task

@@ -77,12 +77,6 @@ def _finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     keys = list(dict.fromkeys(k for r in rows for k in r))
@@ -111,6 +105,7 @@ def run(args) -> int:
     import torch
 
     from judgekit import analysis
+    from judgekit.atomic import atomic_write_bytes
 
     torch.set_num_threads(max(1, args.threads))
     if any(d <= 0 for d in args.delta) or (args.sweep_delta is not None and args.sweep_delta <= 0):
@@ -136,12 +131,12 @@ def run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomic(out / "rules.csv", _csv(rule_rows))
-        _write_atomic(out / "lemma1.csv", _csv(lemma_rows))
+        atomic_write_bytes(out / "rules.csv", _csv(rule_rows).encode())
+        atomic_write_bytes(out / "lemma1.csv", _csv(lemma_rows).encode())
         doc = {"sources": [{"source": s.source, **s.meta} for s in sources],
                "rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
                "lemma1": lemma_rows}
-        _write_atomic(out / "analysis.json", json.dumps(doc, indent=1))
+        atomic_write_bytes(out / "analysis.json", json.dumps(doc, indent=1).encode())
         plot_lemma1(lemma_rows, out / "figure5.png")
     if args.json:
         print(json.dumps({"rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],

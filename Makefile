@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 env: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: a CPU build lies on disk; an unpinned torch pulls a multi-GB CUDA build.

@@ -4,8 +4,8 @@ Run from the repository root on the device (its python has torch and transformer
 from the working tree):  PYTHONPATH=. python3 eval/device_bench.py [--quick] [--compile]
 It runs `bench decode` on random-init Qwen2.5-7B / Qwen2.5-0.5B shapes in bf16 (docs/design.md §8 controlled
 pair) at 90 % and 70 % agreement, gamma 8, batch 1 (HF target-only, HF assisted, judgekit eager and fast
-path) and batch 32 (HF target-only batched generate and judgekit's fast path; the sequential decoders would
-not fit the time), then `bench mine` on the pocket pair, and prints one table at the end. Ratios are on
+path, the fast path with CUDA-graph replay) and batch 32 (HF target-only batched generate and judgekit's fast
+path with and without graphs; the sequential decoders would not fit the time), then `bench mine` on the pocket pair, and prints one table at the end. Ratios are on
 wall time. Each part checks the clock and is skipped, saying so, when the remaining budget is too small.
 It refuses to run without CUDA: the GPU figures are never produced on a CPU.
 """
@@ -25,6 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer tokens (a smoke run)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
+    parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--budget", type=float, default=BUDGET_S)
     parser.add_argument("--smoke-cpu", action="store_true",
                         help="check the script itself on a CPU with the small cpu pair (not GPU figures)")
@@ -57,13 +58,14 @@ def main() -> int:
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(0, pair.vocab_size, (64,), generator=g).tolist() for _ in range(32)]
         hf_rate = None
-        runs = [(1, prompts[:2], None), (32, prompts, ("judgekit fast",))]
+        runs = [(1, prompts[:2], None), (32, prompts, ("judgekit fast", "judgekit graphs"))]
         for batch, ps, only in runs:
             if left() < 60:
                 print(f"skipped batch {batch} at agreement {agreement}: {left():.0f}s left", flush=True)
                 continue
             timings, identical = run_decode_bench(pair, ps, gamma=8, max_new_tokens=new_tokens, batch_size=batch,
-                                                  compile=args.compile, only=only)
+                                                  compile=args.compile, only=only,
+                                                  cuda_graphs=device == "cuda" and not args.no_graphs)
             title = (f"{target} / {draft} shapes, {dtype}, agreement {agreement}, gamma 8, batch {batch}, "
                      f"{len(ps)} prompts x {new_tokens} tokens [{time.time() - start:.0f}s]")
             print(format_report(timings, identical, title, cpu_clock=False), flush=True)

@@ -13,6 +13,8 @@ read yet (at least the last one); the next forward feeds exactly the unread suff
 
 from __future__ import annotations
 
+import weakref
+
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -151,7 +153,7 @@ def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
     """(target, draft) fast forwards, or None for the eager transformers path.
 
     "auto" takes the fast path when both models support it; True insists (a clear error otherwise)."""
-    from judgekit.fastmodel import FastLM, fast_unsupported
+    from judgekit.fastmodel import fast_unsupported
 
     if fast not in (True, False, "auto"):
         raise JudgekitError(f"fast must be True, False or 'auto', got {fast!r}")
@@ -162,7 +164,24 @@ def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
         if fast is True:
             raise JudgekitError(f"no fast path for this pair: {reasons[0]}")
         return None
-    return FastLM(pair.target, compile=compile), FastLM(pair.draft, compile=compile)
+    return _fast_lm(pair.target, compile), _fast_lm(pair.draft, compile)
+
+
+# A FastLM holds fused copies of the projection weights: build one per (model, compile) and share it between
+# decoders, so a sweep of many rules (one decoder each) neither re-fuses a 7B model per point nor holds two copies.
+_FAST_LMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fast_lm(model, compile: bool):
+    from judgekit.fastmodel import FastLM
+
+    # In-place updates of the weights (training, perturbation) bump tensor versions: rebuild then.
+    version = (tuple(p.data_ptr() for p in model.parameters()), sum(p._version for p in model.parameters()))
+    per_model = _FAST_LMS.setdefault(model, {})
+    cached = per_model.get(compile)
+    if cached is None or cached[0] != version:
+        per_model[compile] = cached = (version, FastLM(model, compile=compile))
+    return cached[1]
 
 
 class SpeculativeDecoder:
@@ -170,7 +189,7 @@ class SpeculativeDecoder:
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
                  sampling: SamplingConfig | None = None, hidden_layer: int | None = None,
-                 fast: bool | str = "auto", compile: bool = False):
+                 fast: bool | str = "auto", compile: bool = False, cuda_graphs: bool = False):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
@@ -183,10 +202,14 @@ class SpeculativeDecoder:
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
         self._target_cache, self._draft_cache = cache_arg(pair.target), cache_arg(pair.draft)
-        if self.need_draft_hidden and fast is True:
-            raise JudgekitError("the fast path does not pass the draft's hidden states to a target+draft judge")
-        # The fast path does not yet return the draft's hidden states: such judges run on the eager path.
-        self._fast = None if self.need_draft_hidden else _fast_models(pair, fast, compile)
+        self._fast = _fast_models(pair, fast, compile)
+        self._step = None  # the fast path's step forwards, when they replay CUDA graphs
+        if cuda_graphs:
+            if self._fast is None or pair.device.type != "cuda":
+                raise JudgekitError("CUDA graphs need the fast path on a CUDA device")
+            from judgekit.cudagraphs import GraphedLM
+
+            self._step = (GraphedLM(self._fast[0]), GraphedLM(self._fast[1]))
 
     @property
     def fast(self) -> bool:
@@ -195,10 +218,12 @@ class SpeculativeDecoder:
 
     def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
                        stop_strings: tuple[str, ...] = (), seeds: list[int] | None = None,
-                       prompts: list[str] | None = None, batch_size: int | None = None) -> list[Generation]:
+                       prompts: list[str] | None = None, batch_size: int | None = None,
+                       on_finish=None) -> list[Generation]:
         """Decode several prompts together (up to ``batch_size`` sequences in lockstep on the fast path, a
         finished one's place taken by the next prompt; one at a time on the eager path). Greedy outputs equal those of :meth:`generate_ids`; each Generation's stats carry
-        its share of the batch's wall time, so merged stats give the aggregate tokens/s."""
+        its share of the batch's wall time, so merged stats give the aggregate tokens/s. ``on_finish(i, gen)``
+        is called as soon as prompt i is done (in completion order on the fast path)."""
         if max_new_tokens < 1:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if not prompt_ids:
@@ -208,13 +233,17 @@ class SpeculativeDecoder:
         seeds = list(seeds) if seeds is not None else list(range(len(prompt_ids)))
         names = list(prompts) if prompts is not None else [""] * len(prompt_ids)
         if self._fast is None:
-            return [self._generate_eager(ids, max_new_tokens, stop_strings, s, name)
-                    for ids, s, name in zip(prompt_ids, seeds, names)]
+            out = []
+            for i, (ids, s, name) in enumerate(zip(prompt_ids, seeds, names)):
+                out.append(self._generate_eager(ids, max_new_tokens, stop_strings, s, name))
+                if on_finish is not None:
+                    on_finish(i, out[-1])
+            return out
         from judgekit.fastdecode import generate_batch_fast
 
         with torch.inference_mode():
             return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
-                                       seeds, names, batch_size)
+                                       seeds, names, batch_size, on_finish)
 
     # -- public API --------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], max_new_tokens: int = 128, stop_strings: tuple[str, ...] = (),

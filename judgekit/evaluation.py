@@ -263,13 +263,10 @@ def _build_rule(point: EvalPoint, pair: ModelPair, judges: dict) -> Rule:
     return bind_rule(make_rule(point.rule, **params), pair)
 
 
-def evaluate_point(pair: ModelPair, task: Task, problem: Problem, prompt_ids: list[int],
-                   decoder: SpeculativeDecoder, point: EvalPoint, max_new_tokens: int) -> dict:
-    """Decode one problem at one sweep point and grade it: one record (judgekit.records.RECORD_SCHEMA)."""
+def point_record(task: Task, problem: Problem, point: EvalPoint, gen) -> dict:
+    """Grade one decoded problem at one sweep point: one record (judgekit.records.RECORD_SCHEMA)."""
     import json
 
-    gen = decoder.generate_ids(prompt_ids, max_new_tokens, task.stop_strings, problem_seed(point.seed,
-                                                                                             problem.problem_id))
     outcome = task.extract_outcome(problem, gen.text)
     s = gen.stats
     return {"point": point.key, "config": point.config_key, "label": point.label, "rule": point.rule,
@@ -283,16 +280,22 @@ def evaluate_point(pair: ModelPair, task: Task, problem: Problem, prompt_ids: li
 
 def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
              settings: EvalSettings, out_dir: str, rank: int = 0, world_size: int = 1, flush_every: int = 16,
-             progress=None) -> dict:
+             progress=None, batch_size: int = 1) -> dict:
     """Evaluate this rank's share of the (point, problem) pairs not yet in out_dir; returns counts.
 
     Pairs are enumerated point-major and dealt round-robin to ranks, so each rank holds a slice of every point
     and the ranks finish together. `progress(message)` is called after each point this rank works on.
+    ``batch_size`` > 1 decodes up to that many problems of a point in lockstep on the fast path, a finished
+    problem's place taken by the next (continuous batching); records are committed every ``flush_every``
+    finished problems. Every problem keeps its own seed, so greedy records do not depend on the batch size
+    (tested).
     """
     import time as _time
 
     from judgekit.records import RecordWriter
 
+    if batch_size < 1:
+        raise JudgekitError(f"batch size must be >= 1, got {batch_size}")
     writer = RecordWriter(out_dir, settings.to_dict(), rank)
     done = writer.done()
     pairs = [(pi, qi) for pi in range(len(points)) for qi in range(len(problems))]
@@ -300,7 +303,6 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     todo = [(pi, qi) for pi, qi in mine if (points[pi].key, problems[qi].problem_id) not in done]
     prompts: dict[int, list[int]] = {}
     judges: dict = {}
-    pending: list[dict] = []
     by_point: dict[int, list[int]] = {}
     for pi, qi in todo:
         by_point.setdefault(pi, []).append(qi)
@@ -308,27 +310,30 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
         point = points[pi]
         sampling = SamplingConfig(point.temperature, settings.top_k, settings.top_p)
         decoder = SpeculativeDecoder(pair, _build_rule(point, pair, judges), point.block_size, sampling)
-        start, correct = _time.perf_counter(), 0
+        start, correct, pending = _time.perf_counter(), 0, []
         for qi in qis:
-            problem = problems[qi]
             if qi not in prompts:
                 prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
-                    problem, pair.tokenizer, chat_template=settings.chat_template))
-            row = evaluate_point(pair, task, problem, prompts[qi], decoder, point, settings.max_new_tokens)
+                    problems[qi], pair.tokenizer, chat_template=settings.chat_template))
+
+        def finished(i: int, gen) -> None:  # commit a shard every flush_every finished problems
+            nonlocal correct, pending
+            row = point_record(task, problems[qis[i]], point, gen)
             correct += row["correct"]
             pending.append(row)
             if len(pending) >= flush_every:
                 writer.write(pending)
                 pending = []
+
+        seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
+        # All of the point's problems in one call: finished rows are refilled (continuous batching).
+        decoder.generate_batch([prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings, seeds,
+                               batch_size=batch_size, on_finish=finished)
         writer.write(pending)
-        pending = []
         if progress:
             progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} gamma={point.block_size}"
                      f" seed={point.seed}: {correct}/{len(qis)} correct ({_time.perf_counter() - start:.1f}s)")
     return {"pairs": len(pairs), "mine": len(mine), "evaluated": len(todo), "skipped": len(mine) - len(todo)}
-
-
-# ------------------------------------------------------------------------------------------------ summary
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -50,9 +50,10 @@ def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev) 
 
 def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[list[int]], max_new_tokens: int,
                         stop_strings: tuple[str, ...], seeds: list[int], names: list[str],
-                        batch_size: int | None = None) -> list[Generation]:
+                        batch_size: int | None = None, on_finish=None) -> list[Generation]:
     """Decode ``prompts`` with up to ``batch_size`` sequences in flight (all of them if None); a finished
-    sequence's cache row is refilled with the next waiting prompt (continuous batching)."""
+    sequence's cache row is refilled with the next waiting prompt (continuous batching). ``on_finish(i, gen)``
+    is called as soon as sequence i is done (callers commit results while the rest decode)."""
     pair, dev, vocab, gamma = decoder.pair, decoder.pair.device, decoder.pair.vocab_size, decoder.gamma
     sampling, rule = decoder.sampling, decoder.rule
     greedy, need_shape = sampling.greedy, decoder.need_shape
@@ -70,7 +71,19 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
     active = list(range(slots))  # batch row i of the caches is sequence active[i]
     waiting = iter(range(slots, B))
     d_unread = [1] * B
+    results: list[Generation | None] = [None] * B
+
+    def done(j: int) -> None:
+        completion = seqs[j][n_prompt[j]:]
+        stats[j].new_tokens = len(completion)
+        text = pair.tokenizer.decode(completion, skip_special_tokens=True)
+        results[j] = Generation(names[j], text, completion, stats[j], finish[j])
+        if on_finish is not None:
+            on_finish(j, results[j])
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
+    # Decoding steps may replay CUDA graphs (judgekit.cudagraphs); prefills always run the plain forward.
+    t_step, d_step = getattr(decoder, "_step", None) or (target, draft)
+    d_layer = -1 if decoder.need_draft_hidden else None  # a target+draft judge reads the draft's final state
     start = time.perf_counter()
     _prefill(target, draft, (t_cache, d_cache), [seqs[j] for j in active], dev)
     for j in active:  # the prefill is shared: each sequence pays its share
@@ -82,7 +95,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         limits = [min(gamma, max_new_tokens - (len(seqs[j]) - n_prompt[j]) - 1) for j in active]
         k = max(limits)
         # -- draft: k forwards; the first one reads each row's unread tokens (1 or 2)
-        drafted, q_rows, q_shapes = [], [], []
+        drafted, q_rows, q_shapes, d_states = [], [], [], []
         if k > 0:
             unread = [seqs[j][-d_unread[j]:] for j in active]
             ids = _pad(unread, dev)
@@ -90,16 +103,20 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             cols = [len(u) - 1 for u in unread]
             kv_len = max(starts) + ids.shape[1]
             if A == 1:  # host positions: cache writes by slicing, no mask for one-token steps
-                logits, _ = draft.forward(ids, starts[0], d_cache, kv_len)
+                logits, d_h = d_step.forward(ids, starts[0], d_cache, kv_len, hidden_layer=d_layer)
+                d_h = d_h[:, -1] if d_h is not None else None
                 pos = starts[0] + ids.shape[1]
                 kv_len = pos
             else:
                 d_start = torch.tensor(starts, device=dev)
                 col = torch.tensor(cols, device=dev)[:, None]
-                logits, _ = draft.forward(ids, d_start, d_cache, kv_len, logit_cols=col)
+                logits, d_h = d_step.forward(ids, d_start, d_cache, kv_len, logit_cols=col, hidden_layer=d_layer)
+                d_h = d_h[torch.arange(A, device=dev), col[:, 0]] if d_h is not None else None
                 pos = d_start + col[:, 0] + 1  # where the next draft token is written
             for i in range(k):
                 logits = logits[:, -1, :vocab]
+                if d_h is not None:  # the draft's final state that proposed this token (the miner's feature)
+                    d_states.append(d_h)
                 if greedy:
                     tok = logits.argmax(-1)
                     if need_shape:
@@ -113,7 +130,8 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
                 drafted.append(tok)
                 if i + 1 < k:
                     kv_len += 1
-                    logits, _ = draft.forward(tok[:, None], pos, d_cache, kv_len)
+                    logits, d_h = d_step.forward(tok[:, None], pos, d_cache, kv_len, hidden_layer=d_layer)
+                    d_h = d_h[:, -1] if d_h is not None else None
                     pos = pos + 1
             x = torch.stack(drafted, 1)  # [A, k]
         else:
@@ -122,7 +140,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         last = torch.tensor([seqs[j][-1] for j in active], device=dev)
         t_start = lens[0] - 1 if A == 1 else torch.tensor([n - 1 for n in lens], device=dev)
         ids = torch.cat([last[:, None], x], 1)
-        logits, hidden = target.forward(ids, t_start, t_cache, max(lens) + k, hidden_layer=hidden_layer)
+        logits, hidden = t_step.forward(ids, t_start, t_cache, max(lens) + k, hidden_layer=hidden_layer)
         logits = logits[..., :vocab].float()
         if greedy:
             p = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -133,7 +151,10 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             p, _ = to_probs(logits, sampling, False)
             q = torch.stack(q_rows, 1) if k > 0 else torch.zeros(A, 0, vocab, device=dev)
             p_shape = q_shape = None
-        ctx = RuleContext(p_shape, q_shape, hidden[:, 1:] if hidden is not None else None)
+        d_hidden = torch.stack(d_states, 1) if d_states else None
+        if d_layer is not None and d_hidden is None:
+            d_hidden = torch.zeros(A, 0, draft.config.hidden_size, dtype=draft.dtype, device=dev)
+        ctx = RuleContext(p_shape, q_shape, hidden[:, 1:] if hidden is not None else None, draft_hidden=d_hidden)
         n, nxt = verify_batch(rule, p, q, x, ctx, limits, greedy, [generators[j] for j in active])
         # The one host sync of the step.
         host = torch.cat([n[:, None], nxt[:, None], x], 1).tolist()
@@ -161,6 +182,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         for i in range(A):  # refill finished rows with waiting prompts, in place
             if i in keep:
                 continue
+            done(active[i])
             j = next(waiting, None)
             if j is None:
                 continue
@@ -176,10 +198,4 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             t_cache.select(rows)
             d_cache.select(rows)
         active = [active[i] for i in sorted(keep)]
-    out = []
-    for j in range(B):
-        completion = seqs[j][n_prompt[j]:]
-        stats[j].new_tokens = len(completion)
-        text = pair.tokenizer.decode(completion, skip_special_tokens=True)
-        out.append(Generation(names[j], text, completion, stats[j], finish[j]))
-    return out
+    return results

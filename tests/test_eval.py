@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from judgekit.cli import main
+from judgekit.errors import JudgekitError
 from judgekit.evaluation import EvalSettings, Sweep, run_eval, summarize, wilson
 from judgekit.judge import LinearJudge
 from judgekit.models import encode_prompt, load_model_pair
@@ -315,3 +316,33 @@ def test_missing_judge_directory_is_one_error_line(tmp_path, capsys):
     assert main(["eval", *POCKET, "--rule", "judge", "--judge", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
                  "--dry-run"]) == 2
     assert "is not a judge directory" in capsys.readouterr().err
+
+
+def test_batched_eval_records_equal_batch_one(tmp_path, pair):
+    """`--batch-size` decodes a point's problems in lockstep; greedy records (a rule that draws uniforms, CoS,
+    included) are the batch-1 records, and every problem is recorded once."""
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=6)
+    points = Sweep(["lossless", "cos"], {"lam": [0.5]}).points()
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=6, max_new_tokens=48)
+    got = {}
+    for bs in (1, 4):
+        counts = run_eval(pair, task, problems, points, settings, str(tmp_path / f"b{bs}"), flush_every=2,
+                          batch_size=bs)
+        assert counts["evaluated"] == 12
+        rows = read_records(tmp_path / f"b{bs}").to_pylist()
+        got[bs] = {(r["point"], r["problem"]): (r["completion_ids"], r["correct"], r["target_calls"]) for r in rows}
+    assert len(got[4]) == 12 and got[4] == got[1]
+    with pytest.raises(JudgekitError, match="batch size"):
+        run_eval(pair, task, problems, points, settings, str(tmp_path / "b0"), batch_size=0)
+
+
+def test_eval_batch_size_flag_and_config_are_checked(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('task = "pocket-math"\ntarget = "pocket-target"\ndraft = "pocket-draft"\nbatch_size = "8"\n')
+    assert main(["eval", "--config", str(cfg), "--rule", "lossless", "--out", str(tmp_path / "o"),
+                 "--dry-run"]) == 2
+    assert "'batch_size' must be an integer" in capsys.readouterr().err
+    assert main(["eval", *POCKET, "--rule", "lossless", "--limit", "1", "--batch-size", "0",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--batch-size" in capsys.readouterr().err

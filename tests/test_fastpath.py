@@ -245,3 +245,86 @@ def test_evaluation_at_batch_size_equals_batch_one():
     one = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64)
     many = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64, batch_size=4)
     assert (one.correct, one.stats.new_tokens) == (many.correct, many.stats.new_tokens)
+
+
+def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_updates(tmp_path):
+    """Decoders of one pair share its fused fast forwards (a sweep builds them once); changing the weights in
+    place (training, perturbation) must not leave a decoder on stale fused copies."""
+    target, draft = save_tiny_pair(tmp_path, arch="llama", seed=5)
+    local = load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+    a = SpeculativeDecoder(local, make_rule("lossless"), block_size=4, fast=True)
+    b = SpeculativeDecoder(local, make_rule("cos", lam=0.5), block_size=4, fast=True)
+    assert a._fast[0] is b._fast[0] and a._fast[1] is b._fast[1]
+    ids = _ids(local, "Tom has 3 apples")
+    before = a.generate_ids(ids, max_new_tokens=24).token_ids
+    with torch.no_grad():
+        for p in local.target.model.layers[0].self_attn.q_proj.parameters():
+            p.mul_(-3.0)
+        local.target.model.layers[0].mlp.up_proj.weight.mul_(5.0)
+    c = SpeculativeDecoder(local, make_rule("lossless"), block_size=4, fast=True)
+    assert c._fast[0] is not a._fast[0]
+    ref = local.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+    assert c.generate_ids(ids, max_new_tokens=24).token_ids == ref
+    assert ref != before  # the update changed the output, so a stale forward would have been caught
+
+
+def _static_form(dec):
+    """Run a decoder's steps in the static form CUDA graphs capture (whole-cache attention, tensor positions),
+    without capturing: the same forward a graph replays, checkable on a CPU."""
+    from judgekit.cudagraphs import GraphedLM
+
+    dec._step = (GraphedLM(dec._fast[0], capture=False), GraphedLM(dec._fast[1], capture=False))
+    return dec
+
+
+@pytest.mark.parametrize("rule_name", ["lossless", "cos"])
+def test_static_form_of_the_graphed_step_equals_the_dynamic_forward(pair, rule_name):
+    rule = make_rule(rule_name) if rule_name == "lossless" else make_rule("cos", lam=0.5)
+    prompts = [_ids(pair, t) for t in PROMPTS]
+    plain = SpeculativeDecoder(pair, rule, block_size=4, fast=True)
+    static = _static_form(SpeculativeDecoder(pair, rule, block_size=4, fast=True))
+    for bs in (1, 3):
+        want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        got = static.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        assert [g.stats.accept_hist for g in got] == [g.stats.accept_hist for g in want]
+    # Sampled: the same draws, so the same tokens.
+    sampled = SamplingConfig(temperature=1.0)
+    want = SpeculativeDecoder(pair, rule, 4, sampled, fast=True).generate_batch(prompts, 30, seeds=[1] * 6,
+                                                                                 batch_size=3)
+    got = _static_form(SpeculativeDecoder(pair, rule, 4, sampled, fast=True)).generate_batch(
+        prompts, 30, seeds=[1] * 6, batch_size=3)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_cuda_graphs_need_a_cuda_device(pair):
+    with pytest.raises(JudgekitError, match="CUDA"):
+        SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tmp_path):
+    target, draft = save_tiny_pair(tmp_path, arch="qwen2", seed=3)
+    gpu = load_model_pair(str(target), str(draft), device="cuda", dtype="fp32")
+    prompts = [_ids(gpu, t) for t in PROMPTS]
+    plain = SpeculativeDecoder(gpu, make_rule("lossless"), block_size=4, fast=True)
+    graphed = SpeculativeDecoder(gpu, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True)
+    for bs in (1, 3):
+        want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        got = graphed.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
+    from judgekit.cli import main
+
+    rc = main(["bench", "eval", "--problems", "3", "--max-new-tokens", "24", "--batch-sizes", "1,3",
+               "--threads", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "greedy records identical across batch sizes: True" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "3"] and rows[0][-1] == "1.00x"
+    assert all(r[1] == "3" for r in rows)  # each batch size recorded every problem
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-1", "batch-3"]
+    assert main(["bench", "eval", "--batch-sizes", "1,x"]) == 2
+    assert "--batch-sizes" in capsys.readouterr().err

@@ -89,3 +89,47 @@ def test_generate_refuses_a_layer_the_target_lacks(pair, tmp_path, capsys):
     assert main(["generate", "--target", "pocket-target", "--draft", "pocket-draft", "--prompt", "x",
                  "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu"]) == 2
     assert "layer 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("features", ["target", "target+draft"])
+def test_fast_and_eager_paths_feed_the_judge_the_same_features(pair, tmp_path, calls, features):
+    """The static-cache fast path (batched too) passes the judge the same target and draft states as the eager
+    transformers path: first-step features match the models' own states on both, and a judge that really
+    decides (random weights) gives the same greedy outputs and acceptances on both paths and at any batch."""
+    from judgekit.decoding import SpeculativeDecoder
+
+    judge = load_judge(_keep_all_judge(tmp_path / "j", pair, layer=2, features=features))
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=4)
+    ids = encode_prompt(pair.tokenizer, task.build_prompt(problems[0], pair.tokenizer))
+    seen = {}
+    for fast in (False, True):
+        calls.clear()
+        dec = SpeculativeDecoder(pair, make_rule("judge", judge=judge, threshold=0.5), 4, fast=fast)
+        assert dec.fast is fast
+        dec.generate_ids(ids, max_new_tokens=40)
+        _check_first_step(pair, ids, calls, layer=2, draft=features == "target+draft")
+        seen[fast] = list(calls)
+    # Every step (after full acceptance the draft reads two unread tokens): the same features on both paths.
+    assert len(seen[True]) == len(seen[False]) > 3
+    for (h_e, t_e, d_e), (h_f, t_f, d_f) in zip(seen[False], seen[True]):
+        assert torch.equal(t_e, t_f)
+        torch.testing.assert_close(h_f, h_e, atol=1e-4, rtol=1e-4)
+        if d_e is not None:
+            torch.testing.assert_close(d_f, d_e, atol=1e-4, rtol=1e-4)
+    h = pair.target.config.hidden_size
+    d = pair.draft.config.hidden_size if features == "target+draft" else 0
+    g = torch.Generator().manual_seed(1)
+    config = {**judge.config}
+    deciding = LinearJudge(torch.randn(h + d, generator=g) * 3, torch.tensor(0.0), torch.zeros(h + d),
+                           torch.ones(h + d), config)
+    rule = make_rule("judge", judge=deciding, threshold=0.5)
+    prompts = [encode_prompt(pair.tokenizer, task.build_prompt(p, pair.tokenizer)) for p in problems]
+    eager = SpeculativeDecoder(pair, rule, 4, fast=False).generate_batch(prompts, max_new_tokens=40)
+    fast1 = SpeculativeDecoder(pair, rule, 4, fast=True).generate_batch(prompts, max_new_tokens=40, batch_size=1)
+    fast4 = SpeculativeDecoder(pair, rule, 4, fast=True).generate_batch(prompts, max_new_tokens=40, batch_size=4)
+    for e, f1, f4 in zip(eager, fast1, fast4):
+        assert e.token_ids == f1.token_ids == f4.token_ids
+        assert e.stats.accept_hist == f1.stats.accept_hist == f4.stats.accept_hist
+    lossless = SpeculativeDecoder(pair, make_rule("lossless"), 4, fast=True).generate_batch(prompts, 40)
+    assert [g.token_ids for g in lossless] != [g.token_ids for g in eager]  # the judge changed the outputs

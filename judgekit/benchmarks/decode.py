@@ -48,16 +48,18 @@ def timed(fn, device) -> tuple[float, float, object]:
     return time.perf_counter() - start, time.process_time() - cpu, out
 
 
-DECODERS = ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast")
+DECODERS = ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast", "judgekit graphs")
 
 
 def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens: int, repeats: int = 1,
-                     batch_size: int = 1, compile: bool = False, only: tuple[str, ...] | None = None):
+                     batch_size: int = 1, compile: bool = False, only: tuple[str, ...] | None = None,
+                     cuda_graphs: bool = False):
     """Time the greedy decoders on the same prompts, ``batch_size`` prompts at a time where the decoder can
     batch (HF target-only ``generate`` with left padding, in chunks; judgekit's fast path with continuous
     batching; HF assisted generation and judgekit's eager path decode one prompt at a time).
     ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
-    output). Returns (timings, identical?)."""
+    output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only).
+    Returns (timings, identical?)."""
     from judgekit.decoding import SpeculativeDecoder
     from judgekit.fastmodel import fast_unsupported
     from judgekit.rules import make_rule
@@ -106,6 +108,10 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     methods = {"HF target-only": plain, "HF assisted": assisted, "judgekit eager": ours_eager}
     if fast is not None:
         methods["judgekit fast"] = ours_fast
+    if fast is not None and cuda_graphs:
+        graphed = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=True, cuda_graphs=True)
+        methods["judgekit graphs"] = lambda batch: [
+            g.token_ids for g in graphed.generate_batch(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)]
     if only is not None:
         methods = {k: v for k, v in methods.items() if k in only or k == "HF target-only"}
     with torch.inference_mode():

@@ -56,7 +56,7 @@ def run_decode(args) -> int:
     if args.batch_size < 1:
         raise JudgekitError(f"--batch-size must be >= 1, got {args.batch_size}")
     timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats,
-                                          args.batch_size, args.compile)
+                                          args.batch_size, args.compile, cuda_graphs=args.cuda_graphs)
     title = (f"pair {pair.target_name} / {pair.draft_name} on {pair.device} ({str(pair.dtype).replace('torch.', '')}), "
              f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, batch size {args.batch_size}, "
              f"max_new_tokens={args.max_new_tokens}")
@@ -86,6 +86,38 @@ def run_mine(args) -> int:
     return 0
 
 
+def run_eval_bench_cmd(args) -> int:
+    import torch
+
+    from judgekit.eval_bench import format_eval_report, run_eval_bench
+    from judgekit.evaluation import EvalSettings, Sweep
+    from judgekit.models import load_model_pair
+    from judgekit.tasks import get_task
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise JudgekitError(f"--batch-sizes must be a comma list of integers >= 1, got {args.batch_sizes!r}")
+    task = get_task(args.task)
+    problems = task.load(args.split, limit=args.problems, data_file=args.data_file)
+    if not problems:
+        raise JudgekitError(f"task {args.task!r} has no problems in split {args.split!r}")
+    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    points = Sweep(args.rule, temperatures=[args.temperature], block_sizes=[args.block_size]).points()
+    settings = EvalSettings(args.task, args.target, args.draft, args.split, args.data_file, args.problems,
+                            args.max_new_tokens)
+    timings, identical = run_eval_bench(pair, task, problems, points, settings, sizes, args.out)
+    title = (f"judgekit eval throughput: {args.task} ({len(problems)} problems x {len(points)} points), "
+             f"{args.target} / {args.draft} on {pair.device}, gamma={args.block_size}, T={args.temperature:g}, "
+             f"max_new_tokens={args.max_new_tokens}")
+    print(format_eval_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
+    return 0 if identical or args.temperature > 0 else 1
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="speed benchmarks (decode, mine)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
@@ -107,6 +139,8 @@ def register(sub) -> None:
     d.add_argument("--batch-size", type=int, default=1,
                    help="prompts decoded together by HF target-only generate and judgekit's fast path")
     d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
+    d.add_argument("--cuda-graphs", action="store_true",
+                   help="also time the fast path with CUDA-graph replay of its decoding steps (CUDA only)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     d.set_defaults(func=run_decode)
@@ -124,4 +158,24 @@ def register(sub) -> None:
     m.add_argument("--batch-size", type=int, default=8, help="problems judgekit's miner advances together")
     m.add_argument("--threads", type=int, help="CPU threads for torch")
     m.set_defaults(func=run_mine)
+    e = bench_sub.add_parser("eval", help="`judgekit eval` throughput at several batch sizes",
+                             description="Runs the same evaluation (decode, grade, record) at each batch size in "
+                                         "one process and prints aggregate tokens/s, the ratio to the first "
+                                         "batch size, and whether the greedy records are identical.")
+    e.add_argument("--task", default="pocket-math")
+    e.add_argument("--target", default="pocket-target")
+    e.add_argument("--draft", default="pocket-draft")
+    e.add_argument("--split", default="test")
+    e.add_argument("--data-file")
+    e.add_argument("--problems", type=int, default=64)
+    e.add_argument("--rule", nargs="+", default=["lossless"], help="rules to evaluate (default parameters)")
+    e.add_argument("--temperature", type=float, default=0.0)
+    e.add_argument("--block-size", type=int, default=8)
+    e.add_argument("--max-new-tokens", type=int, default=256)
+    e.add_argument("--batch-sizes", default="1,16", help="comma list; ratios are against the first")
+    e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
+    e.add_argument("--threads", type=int, help="CPU threads for torch")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    e.set_defaults(func=run_eval_bench_cmd)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

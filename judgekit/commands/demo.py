@@ -41,6 +41,8 @@ def run(args) -> int:
         counts = []
     if len(counts) == 1:
         counts *= len(MINED_TASKS)
+    if args.batch_size < 1:
+        raise JudgekitError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.problems < 1 or len(counts) != len(MINED_TASKS) or min(counts) < 1:
         raise JudgekitError("--problems must be >= 1 and --mine-problems one count >= 1 or MATH,CODE")
     mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
@@ -100,7 +102,8 @@ def run(args) -> int:
         eval_args = parser.parse_args([
             "eval", "--config", str(demo_config()), "--task", name, *(["--judge", *judges] if judges else []),
             "--limit", str(args.problems), "--out", str(out / "eval" / name), "--max-new-tokens",
-            str(args.max_new_tokens), "--title", f"{name} (pocket world)", *(["--quiet"] if args.quiet else [])])
+            str(args.max_new_tokens), "--batch-size", str(args.batch_size), "--title", f"{name} (pocket world)",
+            *(["--quiet"] if args.quiet else [])])
         eval_cmd.run(eval_args, pair=pair, sweep_filter=drop_judge)
     print(f"\n== done in {time.perf_counter() - start:.0f}s. Plots: "
           + ", ".join(str(p) for p in sorted((out / "eval").glob("*/*.png"))))
@@ -124,6 +127,8 @@ def register(sub) -> None:
     p.add_argument("--tasks", default="pocket-math,pocket-code", help="tasks to evaluate, comma-separated")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--train-epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="held-out problems decoded together by `judgekit eval` (greedy results do not depend on it)")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
     p.add_argument("--device", default="auto")
     p.add_argument("--quiet", action="store_true", help="no per-point progress lines")

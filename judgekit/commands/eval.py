@@ -20,10 +20,11 @@ from judgekit.errors import JudgekitError
 SWEEP_KEYS = ("rule", "judge", "lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base",
               "epsilon", "delta", "temperature", "block_size", "seeds")
 RUN_KEYS = ("task", "target", "draft", "device", "dtype", "split", "data_file", "limit", "max_new_tokens",
-            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title")
+            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size")
 RUN_DEFAULTS: dict[str, Any] = {"device": "auto", "dtype": "auto", "split": "test", "data_file": None,
                                 "limit": None, "max_new_tokens": 256, "top_k": None, "top_p": None,
-                                "chat_template": True, "threads": None, "flush_every": 16, "title": ""}
+                                "chat_template": True, "threads": None, "flush_every": 16, "title": "",
+                                "batch_size": 1}
 _ALIASES = {"rules": "rule", "judges": "judge", "temperatures": "temperature", "block_sizes": "block_size",
             "seed": "seeds"}
 
@@ -94,6 +95,9 @@ def resolve(args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     cli = _cli_values(args)
     run = {**RUN_DEFAULTS, **{k: v for k, v in config.items() if k in RUN_KEYS},
            **{k: v for k, v in cli.items() if k in RUN_KEYS}}
+    for key in ("limit", "max_new_tokens", "top_k", "threads", "flush_every", "batch_size"):
+        if run.get(key) is not None and (isinstance(run[key], bool) or not isinstance(run[key], int)):
+            raise JudgekitError(f"setting {key!r} must be an integer, got {run[key]!r}")
     for key in ("task", "target", "draft", "out"):
         if not run.get(key):
             raise JudgekitError(f"--{key} is required (on the command line or in the config file)")
@@ -169,8 +173,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
         for p in points:
             print(f"  {p.label}  T={p.temperature:g} gamma={p.block_size} seed={p.seed}")
         return 0
-    if settings["flush_every"] < 1 or settings["max_new_tokens"] < 1:
-        raise JudgekitError("--flush-every and --max-new-tokens must be >= 1")
+    if settings["flush_every"] < 1 or settings["max_new_tokens"] < 1 or settings["batch_size"] < 1:
+        raise JudgekitError("--flush-every, --max-new-tokens and --batch-size must be >= 1")
     import torch
 
     from judgekit.models import load_model_pair
@@ -188,7 +192,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
     quiet = args.quiet
     log(f"rank {rank}/{world}: {len(points)} points x {len(problems)} problems -> {settings['out']}")
     counts = run_eval(pair, task, problems, points, run_settings, settings["out"], rank=rank, world_size=world,
-                      flush_every=settings["flush_every"], progress=None if quiet else log)
+                      flush_every=settings["flush_every"], progress=None if quiet else log,
+                      batch_size=settings["batch_size"])
     log(f"rank {rank}/{world}: evaluated {counts['evaluated']} (point, problem) pairs, "
         f"{counts['skipped']} already done")
     out_dir = Path(settings["out"])
@@ -232,6 +237,9 @@ def register(sub) -> None:
     p.add_argument("--title", help="title of the summary and the plots")
     p.add_argument("--flush-every", type=int, help="records per committed shard (default 16)")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
+    p.add_argument("--batch-size", type=int,
+                   help="problems decoded together in lockstep on the fast path (default 1); greedy records do "
+                        "not depend on it")
     p.add_argument("--dry-run", action="store_true",
                    help="check the config, load the problems and list the points; load no model")
     p.add_argument("--quiet", action="store_true", help="no per-point progress on stderr")

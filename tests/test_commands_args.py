@@ -38,7 +38,8 @@ def test_every_model_pair_is_declared_by_the_shared_helper():
         if dtype is not None:
             assert dtype.choices == ["auto", "bf16", "fp16", "fp32"], path
             assert _option(parser, "--device") is not None, path
-    assert {"generate", "eval", "mine", "analyze", "bench decode", "bench mine", "pocket eval"} <= set(seen)
+    assert {"generate", "eval", "mine", "analyze", "bench decode", "bench mine", "bench eval",
+            "pocket eval"} <= set(seen)
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -49,6 +50,7 @@ def test_every_model_pair_is_declared_by_the_shared_helper():
     (["analyze"], {"target": None, "draft": None, "device": "auto", "dtype": "auto"}),
     (["bench", "decode"], {"target": None, "draft": None, "device": "auto", "dtype": "auto"}),
     (["bench", "mine"], {"target": "pocket-target", "draft": "pocket-draft", "device": "auto", "dtype": "auto"}),
+    (["bench", "eval"], {"target": "pocket-target", "draft": "pocket-draft", "device": "auto", "dtype": "auto"}),
     (["pocket", "eval"], {"target": "pocket-target", "draft": "pocket-draft"}),
     # eval: None means "not given", so a config file's value holds.
     (["eval"], {"target": None, "draft": None, "device": None, "dtype": None}),

@@ -1,6 +1,7 @@
 """Benchmark and test support, outside the core layers: models built from configs (:mod:`.synthetic`), the
-decoding speed benchmark (:mod:`.decode`) and the mining one (:mod:`.mine`), driven by `judgekit bench` and
-eval/device_bench.py. Nothing in the core package imports this subpackage."""
+decoding speed benchmark (:mod:`.decode`), the mining one (:mod:`.mine`) and evaluation throughput
+(:mod:`.eval`), driven by `judgekit bench` and eval/device_bench.py. Nothing in the core imports this
+subpackage (tests/test_layers.py)."""
 
 from judgekit.benchmarks.decode import DECODERS, Timing, format_report, run_decode_bench
 from judgekit.benchmarks.mine import format_mine_report, run_mine_bench

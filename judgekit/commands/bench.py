@@ -89,7 +89,7 @@ def run_mine(args) -> int:
 def run_eval_bench_cmd(args) -> int:
     import torch
 
-    from judgekit.eval_bench import format_eval_report, run_eval_bench
+    from judgekit.benchmarks.eval import format_eval_report, run_eval_bench
     from judgekit.evaluation import EvalSettings, Sweep
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
@@ -163,8 +163,7 @@ def register(sub) -> None:
                                          "one process and prints aggregate tokens/s, the ratio to the first "
                                          "batch size, and whether the greedy records are identical.")
     e.add_argument("--task", default="pocket-math")
-    e.add_argument("--target", default="pocket-target")
-    e.add_argument("--draft", default="pocket-draft")
+    add_model_args(e, required=False, target="pocket-target", draft="pocket-draft")
     e.add_argument("--split", default="test")
     e.add_argument("--data-file")
     e.add_argument("--problems", type=int, default=64)
@@ -175,7 +174,5 @@ def register(sub) -> None:
     e.add_argument("--batch-sizes", default="1,16", help="comma list; ratios are against the first")
     e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
     e.add_argument("--threads", type=int, help="CPU threads for torch")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     e.set_defaults(func=run_eval_bench_cmd)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

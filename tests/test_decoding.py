@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import chi2
 
+from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.decoding import SamplingConfig, SpeculativeDecoder
 from judgekit.errors import JudgekitError
 from judgekit.models import encode_prompt, format_prompt, load_model_pair
 from judgekit.rules import make_rule
-from judgekit.synthetic import save_tiny_pair
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown", "Speculative decoding"]
 

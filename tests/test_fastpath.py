@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from judgekit.benchmarks.synthetic import save_tiny_pair, tiny_model
 from judgekit.decoding import SamplingConfig, SpeculativeDecoder
 from judgekit.errors import JudgekitError
 from judgekit.fastmodel import FastLM, fast_unsupported
 from judgekit.models import ModelPair, encode_prompt, format_prompt, load_model_pair
 from judgekit.rules import RULES, RuleContext, make_rule
 from judgekit.rules import verify_block as rules_verify_block
-from judgekit.synthetic import save_tiny_pair, tiny_model
 from judgekit.verify import verify_batch, verify_block
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "Speculative decoding",

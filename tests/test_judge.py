@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
+from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.errors import JudgekitError
 from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
-from judgekit.synthetic import save_tiny_pair
 
 
 def _judge(hidden: int, seed: int = 0) -> LinearJudge:

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.mining import MineConfig, Miner
 from judgekit.mining_reference import ReferenceMiner, label_agreement
 from judgekit.models import load_model_pair
 from judgekit.store import read_mismatches, read_problems, validate_dir
-from judgekit.synthetic import save_tiny_pair
 from judgekit.tasks.base import Problem, Task
 
 
@@ -228,20 +228,34 @@ def test_threads_must_be_positive(tiny_dirs, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_scoring_pool_is_shut_down(pair):
+def _scorers():
     import threading
 
-    def scorers():
-        return [t for t in threading.enumerate() if t.name.startswith("judgekit-score")]
+    return [t for t in threading.enumerate() if t.name.startswith("judgekit-score")]
 
+
+def test_scoring_pool_is_shut_down(pair):
     task, cfg = PrefixTask(), MineConfig(max_new_tokens=20)
     miner = Miner(pair, task, cfg, batch_size=2)
     assert len(list(miner.mine_many(task.load(limit=3)))) == 3
-    assert scorers() == []
+    assert _scorers() == []
     gen = miner.mine_many(task.load(limit=3))
     next(gen)  # abandoned half-way: closing the generator shuts the pool down too
     gen.close()
-    assert scorers() == []
+    assert _scorers() == []
+
+
+def test_scoring_pool_is_shut_down_when_mining_fails(pair):
+    class BrokenGrader(PrefixTask):
+        def extract_outcome(self, problem, completion):
+            if problem.problem_id == "p1":
+                raise RuntimeError("grader broke")
+            return super().extract_outcome(problem, completion)
+
+    task = BrokenGrader()
+    with pytest.raises(RuntimeError, match="grader broke"):  # raised in a scoring thread, re-raised here
+        list(Miner(pair, task, MineConfig(max_new_tokens=20), batch_size=2).mine_many(task.load(limit=3)))
+    assert _scorers() == []
 
 
 def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tmp_path):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judgekit.commands.generate import add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
 from judgekit.errors import JudgekitError
 
 # Keys a sweep may vary (config names; the CLI spells them with dashes), and the shared run settings.

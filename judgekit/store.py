@@ -757,18 +757,3 @@ def _check_task(path: Path, table: pa.Table, task: str) -> None:
     other = sorted(set(table.column("task").to_pylist()) - {task})
     if other:
         raise JudgekitError(f"{path}: rows of task {other[0]!r} in a {task!r} directory")
-
-
-_MOVED = {"dir_stats": ("judgekit.store_stats", "dir_stats"), "format_stats": ("judgekit.store_stats", "format_stats"),
-          "_atomic_write_bytes": ("judgekit.atomic", "atomic_write_bytes")}
-
-
-def __getattr__(name: str) -> Any:
-    """Names that moved out of this module (stats to :mod:`judgekit.store_stats`, atomic writes to
-    :mod:`judgekit.atomic`), still importable from here for callers not yet updated."""
-    if name in _MOVED:
-        import importlib
-
-        module, attr = _MOVED[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -119,7 +119,7 @@ def run_eval_bench_cmd(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="speed benchmarks (decode, mine)")
+    p = sub.add_parser("bench", help="speed benchmarks (decode, mine, eval)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
     d = bench_sub.add_parser("decode", help="HF target-only vs HF assisted vs judgekit (eager and fast path)",
                              description="Times the greedy decoders on the same pair, prompts and block size, "

@@ -9,18 +9,15 @@ from scipy.stats import chi2
 
 from judgekit.decoding import SamplingConfig, SpeculativeDecoder
 from judgekit.errors import JudgekitError
-from judgekit.models import encode_prompt, format_prompt, load_model_pair
+from judgekit.models import encode_prompt, format_prompt
 from judgekit.rules import make_rule
-from judgekit.synthetic import save_tiny_pair
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown", "Speculative decoding"]
 
 
-@pytest.fixture(scope="session", params=["llama", "qwen2"])
-def pair(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(request.param)
-    target, draft = save_tiny_pair(root, arch=request.param, seed=3)
-    return load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+@pytest.fixture(scope="session")
+def pair(tiny_pair):  # the shared tiny pair of tests/conftest.py, once per architecture
+    return tiny_pair
 
 
 def _prompt_ids(pair, text):

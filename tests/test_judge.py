@@ -12,7 +12,6 @@ import torch
 
 from judgekit.errors import JudgekitError
 from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
-from judgekit.synthetic import save_tiny_pair
 
 
 def _judge(hidden: int, seed: int = 0) -> LinearJudge:
@@ -46,19 +45,14 @@ def test_judge_for_another_model_is_refused():
         check_judge_matches(_judge(8), 64, "x")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("judge-pair"), arch="llama")
-
-
 def _generate(t, d, judge_dir, *extra):
     return subprocess.run([sys.executable, "-m", "judgekit", "generate", "--target", str(t), "--draft", str(d),
                            "--prompt", "Tom has", "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu",
                            "--max-new-tokens", "12", "--json", *extra], capture_output=True, text=True, timeout=300)
 
 
-def test_cli_generate_with_a_judge(tiny, tmp_path):
-    t, d = tiny
+def test_cli_generate_with_a_judge(tiny_dirs, tmp_path):
+    t, d = tiny_dirs
     keep_all = _judge(64)  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept
     keep_all.weight.zero_()
     keep_all.bias.fill_(-20.0)

@@ -15,9 +15,7 @@ import torch
 
 from judgekit.mining import MineConfig, Miner
 from judgekit.mining_reference import ReferenceMiner, label_agreement
-from judgekit.models import load_model_pair
 from judgekit.store import read_mismatches, read_problems, validate_dir
-from judgekit.synthetic import save_tiny_pair
 from judgekit.tasks.base import Problem, Task
 
 
@@ -44,14 +42,8 @@ class PrefixTask(Task):
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("mine"), arch="llama", draft_noise=0.5, seed=1)
-
-
-@pytest.fixture(scope="module")
-def pair(tiny_dirs):
-    t, d = tiny_dirs
-    return load_model_pair(str(t), str(d), device="cpu", dtype="fp32")
+def pair(tiny_models):  # the shared tiny llama pair of tests/conftest.py (its directories: `tiny_dirs`)
+    return tiny_models.pair("llama")
 
 
 def test_matches_reference_procedure(pair):

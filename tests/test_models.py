@@ -14,9 +14,9 @@ from judgekit.synthetic import save_tiny_pair, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
+def dirs(tmp_path_factory, tiny_dirs):
     root = tmp_path_factory.mktemp("models")
-    good = save_tiny_pair(root / "good", arch="llama")
+    good = tiny_dirs  # the shared tiny llama pair (tests/conftest.py); the other two are built to be different
     padded = save_tiny_pair(root / "padded", arch="qwen2", target_vocab_pad=64)
     other_tok = tiny_tokenizer(vocab_size=290)
     bad = save_tiny_pair(root / "bad", arch="llama", draft_tokenizer=other_tok)

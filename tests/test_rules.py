@@ -16,8 +16,8 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * lossless:                         p
 
 The Monte Carlo tests drive the real sampling path, :func:`verify_block`, and compare the empirical
-distribution of the emitted token with ``rule.induced`` using two bounds, both at a false-alarm level of
-ALPHA = 1e-6 per check (and all generators are seeded, so the outcome is deterministic):
+distribution of the emitted token with ``rule.induced`` using two bounds (tests/stat_checks.py), both at a
+false-alarm level of ALPHA = 1e-6 per check (and all generators are seeded, so the outcome is deterministic):
 
 * Pearson's chi-square statistic against the exact (1 - ALPHA) quantile of chi^2 with m - 1 degrees of
   freedom (m = cells of positive expected mass; an observation in a zero-mass cell fails outright);
@@ -34,6 +34,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from stat_checks import ALPHA, chi2_quantile, gof
 
 from judgekit.errors import JudgekitError
 from judgekit.rules import (
@@ -51,41 +52,7 @@ from judgekit.rules import (
 
 torch.set_num_threads(1)
 
-ALPHA = 1e-6
 DTYPE = torch.float64
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Exact chi-square quantiles (integer degrees of freedom), no scipy needed.
-
-
-def chi2_sf(x: float, dof: int) -> float:
-    """Survival function of chi^2_dof, exact for integer dof via Q(d+2, x) = Q(d, x) + term(d, x)."""
-    if x <= 0:
-        return 1.0
-    half = x / 2.0
-    if dof % 2 == 0:
-        q, s = math.exp(-half), 2
-    else:
-        q, s = math.erfc(math.sqrt(half)), 1
-    while s < dof:
-        q += math.exp(s / 2.0 * math.log(half) - half - math.lgamma(s / 2.0 + 1.0))
-        s += 2
-    return q
-
-
-def chi2_quantile(upper_tail: float, dof: int) -> float:
-    """x with P(chi^2_dof >= x) = upper_tail, by bisection."""
-    lo, hi = 0.0, 1.0
-    while chi2_sf(hi, dof) > upper_tail:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if chi2_sf(mid, dof) > upper_tail:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def test_chi2_quantile_matches_tables():
@@ -568,24 +535,6 @@ MC_P = np.array([0.30, 0.25, 0.20, 0.15, 0.07, 0.03])
 MC_Q = np.array([0.10, 0.05, 0.30, 0.35, 0.02, 0.18])
 MC_BONUS = np.array([0.05, 0.40, 0.02, 0.30, 0.08, 0.15])  # p at the position after the block
 N_DRAWS = 20_000
-
-
-def mc_bounds(vocab, n, n_cells):
-    return chi2_quantile(ALPHA, n_cells - 1), math.sqrt(2 * (vocab * math.log(2) + math.log(1 / ALPHA)) / n)
-
-
-def gof(counts: np.ndarray, expected_p: np.ndarray):
-    """(Pearson statistic, its 1 - ALPHA chi-square bound, L1 distance, its BHC bound)."""
-    n = counts.sum()
-    pos = expected_p > 1e-12
-    if counts[~pos].any():
-        stat = math.inf
-    else:
-        e = n * expected_p[pos]
-        stat = float(((counts[pos] - e) ** 2 / e).sum())
-    chi_bound, l1_bound = mc_bounds(len(expected_p), n, int(pos.sum()))
-    l1 = float(np.abs(counts / n - expected_p).sum())
-    return stat, chi_bound, l1, l1_bound
 
 
 def emitted_tokens(rule, p_rows, q_row, ctx, n, seed, position=0):

@@ -51,6 +51,7 @@ def _generate(t, d, judge_dir, *extra):
                            "--max-new-tokens", "12", "--json", *extra], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_generate_with_a_judge(tiny_dirs, tmp_path):
     t, d = tiny_dirs
     keep_all = _judge(64)  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept

@@ -132,6 +132,7 @@ def _committed(out) -> int:
     return len(list(out.glob("problems-*.parquet"))) if out.exists() else 0
 
 
+@pytest.mark.slow
 def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uninterrupted, tmp_path):
     """SIGKILL at random moments (during start-up, and right after a commit: mid-forward or mid-write),
     resume each time, and compare the final records with a clean run's."""
@@ -159,6 +160,7 @@ def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uni
     assert _records(out) == records
 
 
+@pytest.mark.slow
 def test_two_ranks_union_equals_single_process(tiny_dirs, uninterrupted, tmp_path):
     records = uninterrupted[0]
     out = tmp_path / "run"
@@ -177,6 +179,7 @@ def _dir_state(out) -> list[tuple]:
     return sorted((p.name, p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir())
 
 
+@pytest.mark.slow
 def test_rerun_without_resume_and_changed_settings_are_refused_and_change_nothing(tiny_dirs, tmp_path):
     out = tmp_path / "run"
     cmd = _mine_cmd(tiny_dirs, out)

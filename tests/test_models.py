@@ -81,6 +81,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "judgekit", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_generate_json(dirs):
     t, d = dirs["good"]
     proc = _cli("generate", "--target", str(t), "--draft", str(d), "--prompt", "Tom has", "--json",
@@ -108,6 +109,7 @@ def test_cli_bad_rule_parameters_give_one_line(dirs, extra, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_bad_models_give_one_line(dirs):
     t, d = dirs["bad"]
     for target, draft, message in ((str(t), str(d), "incompatible pair"),

@@ -902,7 +902,7 @@ def test_invalid_parameters_raise(name, params):
         ("fuzzy", {"threshold": 0.0, "divergence": "js"}),
     ],
 )
-def test_boundary_parameters_accepted(name, params):
+def test_boundary_parameters_behave_as_their_limits(name, params):
     """Each boundary value is accepted and behaves as its limit says (a rule that mishandled the boundary,
     e.g. fuzzy gating on D <= T or a judge keeping tokens at P(important) = 0 < 0, would fail here)."""
     rule = make_rule(name, **params)

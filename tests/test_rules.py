@@ -903,8 +903,10 @@ def test_invalid_parameters_raise(name, params):
     ],
 )
 def test_boundary_parameters_behave_as_their_limits(name, params):
-    """Each boundary value is accepted and behaves as its limit says (a rule that mishandled the boundary,
-    e.g. fuzzy gating on D <= T or a judge keeping tokens at P(important) = 0 < 0, would fail here)."""
+    """Each boundary value is accepted and the rule's own mechanism (generic_induced) emits the limit's
+    distribution: l = 1 and lam = 1 lossless, lam = 0 the draft's q, threshold 0 lossless. A rule that
+    mishandled the boundary fails here: a judge keeping tokens at P(important) = 0 <= 0 does (checked by
+    planting it). For fuzzy, a gate D <= 0 would open only where p = q, which emits the same tokens."""
     rule = make_rule(name, **params)
     assert isinstance(rule, Rule)
     for vocab, (p, q) in STACKED.items():

@@ -15,8 +15,9 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * appendix A.2 (fuzzy SD):          q where D(p, q) < T, else p
 * lossless:                         p
 
-The Monte Carlo tests drive the real sampling path, :func:`verify_block`, and compare the empirical
-distribution of the emitted token with ``rule.induced`` using two bounds (tests/stat_checks.py), both at a
+The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.verify.verify_batch` (all
+draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as :func:`verify_block` here),
+and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds (tests/stat_checks.py), both at a
 false-alarm level of ALPHA = 1e-6 per check (and all generators are seeded, so the outcome is deterministic):
 
 * Pearson's chi-square statistic against the exact (1 - ALPHA) quantile of chi^2 with m - 1 degrees of
@@ -49,6 +50,7 @@ from judgekit.rules import (
     minp_set,
     verify_block,
 )
+from judgekit.verify import verify_batch
 
 torch.set_num_threads(1)
 
@@ -537,25 +539,27 @@ MC_BONUS = np.array([0.05, 0.40, 0.02, 0.30, 0.08, 0.15])  # p at the position a
 N_DRAWS = 20_000
 
 
+def _batched(t, n):
+    """A one-sequence context field repeated for n sequences ([rows, ...] -> [n, rows, ...])."""
+    return None if t is None else t.unsqueeze(0).expand(n, *t.shape)
+
+
 def emitted_tokens(rule, p_rows, q_row, ctx, n, seed, position=0):
-    """Run verify_block n times on a k = 1 block with x ~ q; return the emitted token at `position`
-    (0: x if accepted else the residual sample; 1: the bonus token, only defined after an acceptance)."""
+    """n independent k = 1 blocks with x ~ q, decided at once by the batched verifier the decoder runs
+    (:func:`judgekit.verify.verify_batch`; tests/test_fastpath.py checks that it makes the same draws as
+    :func:`judgekit.rules.verify_block`). Returns the emitted token at `position` (0: x if accepted else the
+    residual sample; 1: the bonus token, only defined after an acceptance) and the accepted lengths."""
     p = _t(p_rows)
     q = _t(q_row).unsqueeze(0)
     draft_gen = torch.Generator().manual_seed(seed)
-    xs = torch.multinomial(q[0], n, replacement=True, generator=draft_gen).tolist()
-    gen = torch.Generator().manual_seed(seed + 1)
-    out = np.empty(n, dtype=np.int64)
-    n_acc = np.empty(n, dtype=np.int64)
-    for i, x in enumerate(xs):
-        res = verify_block(rule, p, q, torch.tensor([x]), ctx, gen)
-        acc = int(res.n_accepted)
-        n_acc[i] = acc
-        if position == 0:
-            out[i] = x if acc == 1 else int(res.next_token)
-        else:
-            out[i] = int(res.next_token)
-    return out, n_acc
+    x = torch.multinomial(q[0], n, replacement=True, generator=draft_gen).unsqueeze(1)
+    bctx = RuleContext(_batched(ctx.p_shape, n), _batched(ctx.q_shape, n), _batched(ctx.hidden, n))
+    n_acc, nxt = verify_batch(rule, _batched(p, n), _batched(q, n), x, bctx,
+                              generator=torch.Generator().manual_seed(seed + 1))
+    n_acc, nxt = n_acc.numpy(), nxt.numpy()
+    if position == 0:
+        return np.where(n_acc == 1, x[:, 0].numpy(), nxt), n_acc
+    return nxt, n_acc
 
 
 def mc_rule(name):
@@ -699,12 +703,11 @@ def test_truncation_rules_never_emit_outside_allowed_set(name, params, with_shap
         inside = sets[:k] / sets[:k].sum(-1, keepdims=True)
         q_rows = 0.85 * inside + 0.15 / vocab
         p, q = _t(p_rows), _t(q_rows)
-        ctx = RuleContext(p_shape=p) if with_shape else RuleContext()
-        for _ in range(50):
-            x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
-            res = verify_block(rule, p, q, x, ctx, gen)
-            n = int(res.n_accepted)
-            emitted = [(i, int(x[i])) for i in range(n)] + [(n, int(res.next_token))]
+        ctx = RuleContext(p_shape=_batched(p, 50) if with_shape else None)
+        x = torch.multinomial(q, 50, replacement=True, generator=gen).T  # 50 blocks [50, k], x_i ~ q_i
+        ns, nexts = verify_batch(rule, _batched(p, 50), _batched(q, 50), x, ctx, generator=gen)
+        for row, n, nxt in zip(x.tolist(), ns.tolist(), nexts.tolist()):
+            emitted = [(i, row[i]) for i in range(n)] + [(n, nxt)]
             outside += sum(not sets[i][t] for i, t in emitted)
             bonus_seen += n == k
         excluded += int((~sets).sum())

@@ -17,8 +17,9 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 
 The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.verify.verify_batch` (all
 draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as :func:`verify_block` here),
-and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds (tests/stat_checks.py), both at a
-false-alarm level of ALPHA = 1e-6 per check (and all generators are seeded, so the outcome is deterministic):
+and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds
+(tests/stat_checks.py), both at a false-alarm level of ALPHA = 1e-6 per check (and all generators are
+seeded, so the outcome is deterministic):
 
 * Pearson's chi-square statistic against the exact (1 - ALPHA) quantile of chi^2 with m - 1 degrees of
   freedom (m = cells of positive expected mass; an observation in a zero-mass cell fails outright);

@@ -201,6 +201,7 @@ def _data_files(out) -> list[str]:
     return sorted(p.name for p in out.glob("*.parquet"))
 
 
+@pytest.mark.slow  # needs the whole mining run of `uninterrupted`
 def test_completed_run_is_compacted_and_reports_its_wall_time(uninterrupted):
     from judgekit.store_stats import dir_stats
 
@@ -260,11 +261,13 @@ def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tm
             assert owners.setdefault(pid, (name, name))[0] == name
     assert len(owners) == 800
 
-def test_unknown_task_is_one_line(tiny_dirs, tmp_path):
+def test_unknown_task_is_one_line(tiny_dirs, tmp_path, capsys):
+    from judgekit.cli import main
+
     cmd = _mine_cmd(tiny_dirs, tmp_path / "x")
     cmd[cmd.index("pocket-math")] = "no-such-task"
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "unknown task 'no-such-task'" in proc.stderr
+    assert main(cmd[3:]) == 2
+    assert "judgekit: error: unknown task 'no-such-task'" in capsys.readouterr().err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("batch_size", [2, 4])

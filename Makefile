@@ -9,12 +9,15 @@ STAMP := $(VENV)/.installed
 
 env: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: a CPU build lies on disk; an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
+	# LiveCodeBench's official grader, so tests/test_tasks_lcb_parity.py compares verdicts with it (the test
+	# skips that comparison where it is absent). --no-deps: its own pins would replace torch; it needs only numpy.
+	$(BIN)/pip install -q --no-deps nvidia-livecodebench
 	touch $(STAMP)
 
 demo: env

@@ -38,8 +38,8 @@ def main() -> int:
     elif not torch.cuda.is_available():
         print("device_bench: CUDA is not available; the GPU figures need a GPU (nothing was measured)")
         return 2
-    from judgekit.bench import (format_mine_report, format_report, run_decode_bench, run_mine_bench,
-                                synthetic_pair)
+    from judgekit.benchmarks import (format_mine_report, format_report, run_decode_bench, run_mine_bench,
+                                     synthetic_pair)
     from judgekit.mining import MineConfig
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task

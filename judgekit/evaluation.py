@@ -251,8 +251,7 @@ def problem_seed(seed: int, problem_id: str) -> int:
 
 def _build_rule(point: EvalPoint, pair: ModelPair, judges: dict) -> Rule:
     """The point's rule; a judge is loaded once per directory, then checked against the pair and placed."""
-    from judgekit.commands.generate import bind_rule
-    from judgekit.judge import load_judge
+    from judgekit.judge import bind_rule, load_judge
     from judgekit.rules import make_rule
 
     params = {k: v for k, v in point.params.items() if k not in ("threshold_name", "judge_sha")}

@@ -36,8 +36,10 @@ def _pad(rows: list[list[int]], device) -> Tensor:
     return out.to(device)
 
 
-def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev) -> None:
-    """Both caches read all but the last token of each row's prompt (rows start at position 0)."""
+def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev,
+             cache_rows: list[int] | None = None) -> None:
+    """Both caches read all but the last token of each prompt (at positions from 0), into the first rows of
+    the caches, or into ``cache_rows`` (refilled rows of a running batch, prefilled together)."""
     prefix = [r[:-1] for r in rows]
     width = max(len(r) for r in prefix)
     if width == 0:
@@ -45,7 +47,11 @@ def _prefill(target: FastLM, draft: FastLM, caches, rows: list[list[int]], dev) 
     ids = _pad(prefix, dev)
     first = torch.zeros(1, dtype=torch.long, device=dev)
     for model, cache in zip((target, draft), caches):
-        model.forward(ids, 0, cache, width, logit_cols=first)
+        if cache_rows is None:
+            model.forward(ids, 0, cache, width, logit_cols=first)
+        else:
+            model.forward(ids, torch.zeros(len(rows), dtype=torch.long, device=dev), cache, width,
+                          logit_cols=first, cache_rows=torch.tensor(cache_rows, device=dev))
 
 
 def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[list[int]], max_new_tokens: int,
@@ -179,19 +185,22 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
                 del seqs[j][n_prompt[j] + max_new_tokens:]
             else:
                 keep.append(i)
+        refill: list[tuple[int, int]] = []
         for i in range(A):  # refill finished rows with waiting prompts, in place
             if i in keep:
                 continue
             done(active[i])
             j = next(waiting, None)
-            if j is None:
-                continue
+            if j is not None:
+                refill.append((i, j))
+        if refill:  # the new prompts' prefills as one forward per model
             t0 = time.perf_counter()
-            row_caches = [c.row_view(i) for c in (t_cache, d_cache)]
-            _prefill(target, draft, row_caches, [seqs[j]], dev)
-            stats[j].wall_time += time.perf_counter() - t0
-            active[i] = j
-            keep.append(i)
+            _prefill(target, draft, (t_cache, d_cache), [seqs[j] for _, j in refill], dev,
+                     cache_rows=[i for i, _ in refill])
+            for i, j in refill:
+                stats[j].wall_time += (time.perf_counter() - t0) / len(refill)
+                active[i] = j
+                keep.append(i)
         if len(keep) < A:
             keep.sort()
             rows = torch.tensor(keep, dtype=torch.long, device=dev)

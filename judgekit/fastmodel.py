@@ -163,17 +163,25 @@ class FastLM:
         return w * xf.to(x.dtype)
 
     def forward(self, ids: Tensor, start: Tensor | int, cache: StaticCache, kv_len: int, *,
-                logit_cols: Tensor | None = None, hidden_layer: int | None = None) -> tuple[Tensor, Tensor | None]:
+                logit_cols: Tensor | None = None, hidden_layer: int | tuple[int, ...] | None = None,
+                cache_rows: Tensor | None = None) -> tuple[Tensor, Tensor | tuple[Tensor, ...] | None]:
         """Feed ``ids`` [B, T] to row b at positions start[b] + 0..T-1; return logits [B, C, V] at the columns
-        ``logit_cols`` (all T if None) and, if asked, the hidden state [B, T, H] of ``hidden_layer``.
+        ``logit_cols`` (all T if None) and, if asked, the hidden state [B, T, H] of ``hidden_layer`` (a tuple of
+        layers gives a tuple of states).
 
         ``start`` is a [B] tensor, or a host int when every row starts at the same position (then the
         cache is written by slicing and, for one new token, attention needs no mask). ``kv_len`` (a host
-        int >= max(start) + T) bounds the cache slots attention reads.
+        int >= max(start) + T) bounds the cache slots attention reads. ``cache_rows`` [B] (with a tensor
+        ``start``) runs the batch on those rows of a larger cache (the miner feeds a subset of its problems).
         """
-        return self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, hidden_layer)
+        layers = hidden_layer if isinstance(hidden_layer, tuple) else (hidden_layer,)
+        layers = tuple(None if h is None else h + self.n_layers + 1 if h < 0 else h for h in layers)
+        logits, states = self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, layers, cache_rows)
+        if isinstance(hidden_layer, tuple):
+            return logits, states
+        return logits, states[0]
 
-    def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, hidden_layer):
+    def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, layers: tuple, cache_rows=None):
         B, T = ids.shape
         uniform = isinstance(start, int)
         if uniform:
@@ -187,11 +195,9 @@ class FastLM:
             pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
             cos, sin = self._cos[pos].unsqueeze(2), self._sin_signed[pos].unsqueeze(2)  # [B, T, 1, D]
             mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
-            rows = torch.arange(B, device=ids.device)[:, None]
-        if hidden_layer is not None and hidden_layer < 0:
-            hidden_layer += self.n_layers + 1
+            rows = (torch.arange(B, device=ids.device) if cache_rows is None else cache_rows)[:, None]
         x = F.embedding(ids, self.embed)
-        hidden = x if hidden_layer == 0 else None
+        states: dict[int, Tensor] = {0: x} if 0 in layers else {}
         nh, kvh, hd = self.n_heads, self.kv_heads, self.head_dim
         for i, L in enumerate(self.layers):
             h = self._rms(x, L.ln_attn)
@@ -213,7 +219,10 @@ class FastLM:
             else:
                 keys[i][rows, :, pos] = k
                 values[i][rows, :, pos] = v
-            kk, vv = keys[i][:, :, :kv_len], values[i][:, :, :kv_len]
+            if cache_rows is None:
+                kk, vv = keys[i][:, :, :kv_len], values[i][:, :, :kv_len]
+            else:  # a gathered copy of this batch's rows
+                kk, vv = keys[i][cache_rows, :, :kv_len], values[i][cache_rows, :, :kv_len]
             a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=hd ** -0.5,
                                                enable_gqa=kvh != nh)
             x = x + F.linear(a.transpose(1, 2).reshape(B, T, nh * hd), L.wo, L.bo)
@@ -223,12 +232,12 @@ class FastLM:
             else:
                 gate, up = F.linear(h, L.w_gate), F.linear(h, L.w_up)
             x = x + F.linear(F.silu(gate) * up, L.w_down)
-            if hidden_layer == i + 1 and i + 1 < self.n_layers:
-                hidden = x
+            if i + 1 in layers and i + 1 < self.n_layers:
+                states[i + 1] = x
         x = self._rms(x, self.norm)
-        if hidden_layer == self.n_layers:
-            hidden = x
+        if self.n_layers in layers:
+            states[self.n_layers] = x
         if logit_cols is not None:
             x = x[:, logit_cols] if logit_cols.dim() == 1 else x[torch.arange(B, device=x.device)[:, None], logit_cols]
-        return F.linear(x, self.lm_head, self.lm_head_bias), hidden
+        return F.linear(x, self.lm_head, self.lm_head_bias), tuple(states.get(h) for h in layers)
 

@@ -254,3 +254,15 @@ def check_judge_matches(judge: TrainedJudge, target_hidden_size: int, target_nam
     if num_hidden_layers is not None and not -(num_hidden_layers + 1) <= judge.layer <= num_hidden_layers:
         raise JudgekitError(f"the judge reads hidden-state layer {judge.layer} but the target has only "
                             f"{num_hidden_layers + 1} hidden states")
+
+
+def bind_rule(rule, pair):
+    """A rule whose judge (if it has one) is checked against the pair (hidden sizes, layer) and moved to
+    the pair's device; any other rule is returned as is. Used by `judgekit generate` and evaluation."""
+    judge = getattr(rule, "judge", None)
+    if judge is None or not hasattr(judge, "config"):
+        return rule
+    check_judge_matches(judge, pair.target.config.hidden_size, pair.target_name,
+                        draft_hidden_size=pair.draft.config.hidden_size,
+                        num_hidden_layers=pair.target.config.num_hidden_layers)
+    return dataclasses.replace(rule, judge=judge.to(pair.device))

@@ -146,7 +146,7 @@ class _Slot:
     """A problem being mined: its coroutine, its models' row caches, its pending request, its scoring job."""
 
     steps: Generator
-    caches: dict[str, RowCache]
+    caches: dict[str, RowCache | int]  # per model: its own cache, or its row of the fast path's cache
     request: _Feed | _Score
     scoring: Future | None = None
 
@@ -159,9 +159,14 @@ class Miner:
     model (:func:`judgekit.batching.feed`), so batch size 1 and batch size B share every line of the logic.
     """
 
-    def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None, batch_size: int = 1):
+    def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None, batch_size: int = 1,
+                 fast: bool | str = "auto"):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        from judgekit.decoding import _fast_models
+
+        # On Llama / Qwen2 pairs the forwards run on the static-cache fast path (judgekit.fastfeed).
+        self._fast = _fast_models(pair, fast, compile=False)
         self.pair = pair
         self.task = task
         self.cfg = config or MineConfig()
@@ -208,13 +213,21 @@ class Miner:
 
     def _run(self, pending: Iterator[Problem], pool: ThreadPoolExecutor) -> Iterator[ProblemResult]:
         active: list[_Slot] = []
+        rows = None
+        if self._fast is not None:
+            from judgekit.fastfeed import FastRows
+
+            max_len = 2 * self.cfg.max_new_tokens + 256  # grows if a prompt is longer
+            rows = {name: FastRows(lm, self.batch_size, max_len) for name, lm in zip(("target", "draft"), self._fast)}
 
         def start_next() -> bool:
             problem = next(pending, None)
             if problem is None:
                 return False
             co = self._mine_steps(problem)
-            active.append(_Slot(co, {"target": RowCache(), "draft": RowCache()}, next(co)))
+            caches = ({name: r.acquire() for name, r in rows.items()} if rows is not None
+                      else {"target": RowCache(), "draft": RowCache()})
+            active.append(_Slot(co, caches, next(co)))
             return True
 
         while len(active) < self.batch_size and start_next():
@@ -229,10 +242,15 @@ class Miner:
                 for group in self._groups(active, name):
                     idx = [i for i, _ in group]
                     reqs = [r for _, r in group]
-                    model = self.pair.target if name == "target" else self.pair.draft
-                    out = feed(model, [active[i].caches[name] for i in idx], [r.seq for r in reqs],
-                               self.pair.vocab_size, all_positions=reqs[0].all_positions,
-                               hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
+                    layers = tuple(sorted({l for r in reqs for l in r.hidden_layers}))
+                    caches = [active[i].caches[name] for i in idx]
+                    if rows is not None:
+                        out = rows[name].feed(caches, [r.seq for r in reqs], self.pair.vocab_size,
+                                              all_positions=reqs[0].all_positions, hidden_layers=layers)
+                    else:
+                        model = self.pair.target if name == "target" else self.pair.draft
+                        out = feed(model, caches, [r.seq for r in reqs], self.pair.vocab_size,
+                                   all_positions=reqs[0].all_positions, hidden_layers=layers)
                     replies.update(zip(idx, out))
             futures = [slot.scoring for slot in active if slot.scoring is not None]
             if futures and not replies:  # nothing else to do: wait for a score
@@ -250,6 +268,9 @@ class Miner:
                     slot.request = slot.steps.send(replies[i])
                     still.append(slot)
                 except StopIteration as done:
+                    if rows is not None:
+                        for name, r in rows.items():
+                            r.release(slot.caches[name])
                     yield done.value
             active = still
             while len(active) < self.batch_size and start_next():

@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from judgekit.atomic import atomic_write_bytes, atomic_write_table
 from judgekit.errors import JudgekitError
-from judgekit.store import _atomic_write_bytes, _atomic_write_table
 
 SCHEMA_VERSION = 1
 MANIFEST = "eval.json"
@@ -129,7 +129,7 @@ class RecordWriter:
         else:
             payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "settings": settings}
             # Every rank may race to create it; the content is identical, and the write is atomic.
-            _atomic_write_bytes(manifest, json.dumps(payload, indent=2, sort_keys=True).encode(), rank)
+            atomic_write_bytes(manifest, json.dumps(payload, indent=2, sort_keys=True).encode(), rank)
         for tmp in self.dir.glob(f"*.r{rank:03d}.*.tmp"):
             tmp.unlink(missing_ok=True)  # a write of this rank that was killed
         mine = [seq for r, seq, _ in list_shards(self.dir) if r == rank]
@@ -144,5 +144,5 @@ class RecordWriter:
         if not rows:
             return
         table = pa.Table.from_pylist([{**r, "rank": self.rank} for r in rows], schema=RECORD_SCHEMA)
-        _atomic_write_table(self.dir / f"records-r{self.rank:03d}-{self.seq:06d}.parquet", table, self.rank)
+        atomic_write_table(self.dir / f"records-r{self.rank:03d}-{self.seq:06d}.parquet", table, self.rank)
         self.seq += 1

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import time
 import uuid
@@ -37,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from judgekit.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
 
 try:  # advisory locks; where the platform has none, the single-writer rule is the user's to keep
@@ -252,59 +252,6 @@ def shard_name(kind: str, rank: int, seq: int) -> str:
 
 def compact_name(kind: str, gen: int, part: int | None = None) -> str:
     return f"{kind}-c{gen:06d}.parquet" if part is None else f"{kind}-c{gen:06d}-p{part:03d}.parquet"
-
-
-def _tmp_path(path: Path, rank: int) -> Path:
-    """Unique temp name next to `path`, tagged with the rank so only that rank's writer cleans it up."""
-    return path.with_name(f"{path.name}.r{rank:03d}.{uuid.uuid4().hex[:12]}.tmp")
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable; some platforms cannot open directories, where this is best effort."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes, rank: int) -> None:
-    tmp = _tmp_path(path, rank)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """How every store file is written: zstd, dictionary-coded strings, and page checksums that reads verify."""
-    strings = [f.name for f in schema if pa.types.is_string(f.type)]
-    return {"compression": "zstd", "use_dictionary": strings, "write_page_checksum": True}
-
-
-def _atomic_write_table(path: Path, table: pa.Table, rank: int) -> None:
-    tmp = _tmp_path(path, rank)
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, **parquet_options(table.schema))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
@@ -677,7 +624,7 @@ class ShardWriter:
         path = self.out_dir / MANIFEST
         if path.exists() and _read_manifest(self.out_dir)[1] == self.settings.to_dict():
             return
-        _atomic_write_bytes(path, _manifest_bytes(self.settings), self.rank)
+        atomic_write_bytes(path, _manifest_bytes(self.settings), self.rank)
 
     def _clean_leftovers(self) -> None:
         """Remove this rank's temp files and uncommitted or replaced shards from a crashed earlier run."""
@@ -686,7 +633,7 @@ class ShardWriter:
         for shard in scan(self.out_dir).leftovers:
             if shard.rank == self.rank:
                 shard.path.unlink(missing_ok=True)
-        _fsync_dir(self.out_dir)
+        fsync_dir(self.out_dir)
 
     def done_problem_ids(self) -> set[str]:
         """Problem ids committed by any rank, so a resumed or re-sharded run skips them."""
@@ -710,8 +657,8 @@ class ShardWriter:
         session = {"id": self._session, "rank": self.rank, "elapsed": time.monotonic() - self._started}
         probs = probs.replace_schema_metadata({**probs.schema.metadata, META_SESSION: json.dumps(session).encode()})
         seq = self._next_seq
-        _atomic_write_table(self.out_dir / shard_name(MISMATCHES, self.rank, seq), mism, self.rank)
-        _atomic_write_table(self.out_dir / shard_name(PROBLEMS, self.rank, seq), probs, self.rank)
+        atomic_write_table(self.out_dir / shard_name(MISMATCHES, self.rank, seq), mism, self.rank)
+        atomic_write_table(self.out_dir / shard_name(PROBLEMS, self.rank, seq), probs, self.rank)
         self._next_seq = seq + 1
 
     def close(self) -> None:
@@ -810,12 +757,3 @@ def _check_task(path: Path, table: pa.Table, task: str) -> None:
     other = sorted(set(table.column("task").to_pylist()) - {task})
     if other:
         raise JudgekitError(f"{path}: rows of task {other[0]!r} in a {task!r} directory")
-
-
-def __getattr__(name: str) -> Any:
-    """`dir_stats` / `format_stats` moved to :mod:`judgekit.store_stats`; kept importable from here."""
-    if name in ("dir_stats", "format_stats"):
-        from judgekit import store_stats
-
-        return getattr(store_stats, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

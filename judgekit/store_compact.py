@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from judgekit.atomic import fsync_dir, parquet_options, temp_path
 from judgekit.errors import JudgekitError
 from judgekit.store import (
     META_COMPACT,
@@ -34,16 +35,13 @@ from judgekit.store import (
     MISMATCHES,
     PROBLEMS,
     DirLock,
-    _fsync_dir,
     _json_meta,
     _mismatch_shards,
     _read_shard,
-    _tmp_path,
     compact_name,
     iter_shard,
     load_settings,
     mismatch_schema,
-    parquet_options,
     problem_schema,
     scan,
     validate_dir,
@@ -100,7 +98,7 @@ class _PartWriter:
         self._buf, self._buf_bytes = [], 0
         if self._writer is None:
             name = compact_name(MISMATCHES, self.gen, len(self.parts))
-            self._tmp = _tmp_path(self.out_dir / name, _COMPACTOR_RANK)
+            self._tmp = temp_path(self.out_dir / name, _COMPACTOR_RANK)
             self._file = open(self._tmp, "wb")
             self._writer = pq.ParquetWriter(self._file, self.schema, **parquet_options(self.schema))
         self._writer.write_table(table, row_group_size=table.num_rows)
@@ -125,7 +123,7 @@ class _PartWriter:
         self._flush_group()
         if self._writer is not None:
             self._close_part()
-        _fsync_dir(self.out_dir)
+        fsync_dir(self.out_dir)
         return self.parts
 
     def abort(self) -> None:
@@ -197,7 +195,7 @@ def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES, 
                 "run_compact_s": round(run_s, 3)}
         probs = probs.replace_schema_metadata({**schema.metadata, META_COMPACT: json.dumps(info).encode()})
         marker = out_dir / compact_name(PROBLEMS, gen)
-        tmp = _tmp_path(marker, _COMPACTOR_RANK)
+        tmp = temp_path(marker, _COMPACTOR_RANK)
         try:
             with open(tmp, "wb") as f:
                 pq.write_table(probs, f, **parquet_options(probs.schema))
@@ -207,7 +205,7 @@ def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES, 
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
         _remove_leftovers(out_dir)  # the replaced commits, now obsolete
         return CompactResult(len(commits), before, _data_files(out_dir), n_mismatches, probs.num_rows,
                              time.monotonic() - start)
@@ -223,4 +221,4 @@ def _remove_leftovers(out_dir: Path) -> None:
     leftovers = scan(out_dir).leftovers
     for shard in sorted(leftovers, key=lambda s: s.kind != MISMATCHES):
         shard.path.unlink(missing_ok=True)
-    _fsync_dir(out_dir)
+    fsync_dir(out_dir)

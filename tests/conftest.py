@@ -38,7 +38,7 @@ class TinyModels:
     def dirs(self, arch: str = "llama"):
         """(target directory, draft directory)."""
         if arch not in self._dirs:
-            from judgekit.synthetic import save_tiny_pair
+            from judgekit.benchmarks.synthetic import save_tiny_pair
 
             self._dirs[arch] = save_tiny_pair(self._factory.mktemp(f"tiny-{arch}"), arch=arch, seed=3)
         return self._dirs[arch]

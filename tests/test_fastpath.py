@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from judgekit.benchmarks.synthetic import save_tiny_pair, tiny_model
 from judgekit.decoding import SamplingConfig, SpeculativeDecoder
 from judgekit.errors import JudgekitError
 from judgekit.fastmodel import FastLM, fast_unsupported
 from judgekit.models import ModelPair, encode_prompt, format_prompt, load_model_pair
 from judgekit.rules import RULES, RuleContext, make_rule
 from judgekit.rules import verify_block as rules_verify_block
-from judgekit.synthetic import save_tiny_pair, tiny_model
 from judgekit.verify import verify_batch, verify_block
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "Speculative decoding",
@@ -311,3 +311,18 @@ def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tiny_models):
         want = plain.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
         got = graphed.generate_batch(prompts, max_new_tokens=30, batch_size=bs)
         assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
+    from judgekit.cli import main
+
+    rc = main(["bench", "eval", "--problems", "3", "--max-new-tokens", "24", "--batch-sizes", "1,3",
+               "--threads", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "greedy records identical across batch sizes: True" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "3"] and rows[0][-1] == "1.00x"
+    assert all(r[1] == "3" for r in rows)  # each batch size recorded every problem
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-1", "batch-3"]
+    assert main(["bench", "eval", "--batch-sizes", "1,x"]) == 2
+    assert "--batch-sizes" in capsys.readouterr().err

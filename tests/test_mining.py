@@ -224,20 +224,34 @@ def test_threads_must_be_positive(tiny_dirs, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_scoring_pool_is_shut_down(pair):
+def _scorers():
     import threading
 
-    def scorers():
-        return [t for t in threading.enumerate() if t.name.startswith("judgekit-score")]
+    return [t for t in threading.enumerate() if t.name.startswith("judgekit-score")]
 
+
+def test_scoring_pool_is_shut_down(pair):
     task, cfg = PrefixTask(), MineConfig(max_new_tokens=20)
     miner = Miner(pair, task, cfg, batch_size=2)
     assert len(list(miner.mine_many(task.load(limit=3)))) == 3
-    assert scorers() == []
+    assert _scorers() == []
     gen = miner.mine_many(task.load(limit=3))
     next(gen)  # abandoned half-way: closing the generator shuts the pool down too
     gen.close()
-    assert scorers() == []
+    assert _scorers() == []
+
+
+def test_scoring_pool_is_shut_down_when_mining_fails(pair):
+    class BrokenGrader(PrefixTask):
+        def extract_outcome(self, problem, completion):
+            if problem.problem_id == "p1":
+                raise RuntimeError("grader broke")
+            return super().extract_outcome(problem, completion)
+
+    task = BrokenGrader()
+    with pytest.raises(RuntimeError, match="grader broke"):  # raised in a scoring thread, re-raised here
+        list(Miner(pair, task, MineConfig(max_new_tokens=20), batch_size=2).mine_many(task.load(limit=3)))
+    assert _scorers() == []
 
 
 def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tmp_path):
@@ -287,3 +301,65 @@ def test_batched_mining_equals_one_at_a_time(pair, batch_size):
                                            atol=1e-2, rtol=1e-2)
             np.testing.assert_allclose(ra.draft_hidden.astype(np.float32), rb.draft_hidden.astype(np.float32),
                                        atol=1e-2, rtol=1e-2)
+
+
+def _same_results(a, b, layers=(-1, 1)):
+    assert [r.problem.problem_id for r in a] == [r.problem.problem_id for r in b]
+    for x, y in zip(a, b):
+        assert x.response_ids == y.response_ids and x.n_rollouts == y.n_rollouts
+        assert [(r.position, r.draft_token, r.important) for r in x.records] == \
+               [(r.position, r.draft_token, r.important) for r in y.records]
+        for rx, ry in zip(x.records, y.records):
+            for layer in layers:
+                np.testing.assert_allclose(rx.features[layer].astype(np.float32),
+                                           ry.features[layer].astype(np.float32), atol=1e-2, rtol=1e-2)
+            np.testing.assert_allclose(rx.draft_hidden.astype(np.float32), ry.draft_hidden.astype(np.float32),
+                                       atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_fast_path_miner_equals_the_transformers_miner(pair, batch_size):
+    """The static-cache rows (judgekit.fastfeed) give the labels, responses and features of the transformers
+    caches, one problem at a time and batched (rows fed as subsets of the cache, and grown past their length)."""
+    task, cfg = PrefixTask(), MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True)
+    fast = Miner(pair, task, cfg, batch_size=batch_size, fast=True)
+    eager = Miner(pair, task, cfg, batch_size=batch_size, fast=False)
+    assert fast._fast is not None and eager._fast is None
+    key = lambda r: r.problem.problem_id  # noqa: E731
+    a = sorted(fast.mine_many(task.load()), key=key)
+    b = sorted(eager.mine_many(task.load()), key=key)
+    assert sum(len(r.records) for r in a) > 10
+    _same_results(a, b)
+
+
+def test_fast_rows_feed_equals_feed_and_grows(pair):
+    """FastRows.feed against batching.feed on the same requests: a cold batch, a subset of rows with shared
+    prefixes cropped and extended, teacher forcing, and a sequence longer than the initial cache."""
+    from judgekit.batching import RowCache, feed
+    from judgekit.decoding import _fast_lm
+    from judgekit.fastfeed import FastRows
+
+    rng = random.Random(0)
+    vocab = pair.vocab_size
+    seqs = [[rng.randrange(vocab) for _ in range(n)] for n in (7, 12, 5)]
+    fast = {"target": FastRows(_fast_lm(pair.target, False), 3, max_len=16)}
+    slow = [RowCache() for _ in range(3)]
+    rows = [fast["target"].acquire() for _ in range(3)]
+    steps = [
+        ([0, 1, 2], seqs, False, (-1,)),
+        ([2, 0], [seqs[2] + [3, 4], seqs[0][:4] + [9]], True, (1, -1)),
+        ([1], [seqs[1] + [rng.randrange(vocab) for _ in range(20)]], True, (-1,)),  # past max_len 16: grows
+        ([0, 1], [seqs[0][:4] + [9, 10], seqs[1][:3]], False, ()),
+    ]
+    for idx, want_seqs, all_pos, layers in steps:
+        got = fast["target"].feed([rows[i] for i in idx], want_seqs, vocab, all_positions=all_pos,
+                                  hidden_layers=layers)
+        ref = feed(pair.target, [slow[i] for i in idx], want_seqs, vocab, all_positions=all_pos,
+                   hidden_layers=layers)
+        for g, r in zip(got, ref):
+            assert g.common == r.common and g.argmax == r.argmax
+            assert (g.hidden is None) == (r.hidden is None)
+            for layer in layers:
+                np.testing.assert_allclose(g.hidden[layer].astype(np.float32), r.hidden[layer].astype(np.float32),
+                                           atol=1e-2, rtol=1e-2)
+    assert fast["target"].cache.max_len >= 32

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from judgekit.benchmarks.synthetic import save_tiny_pair, tiny_tokenizer
 from judgekit.errors import JudgekitError
 from judgekit.models import format_prompt, load_model_pair, resolve_model_path, tokenizer_mismatch
-from judgekit.synthetic import save_tiny_pair, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,13 @@ from judgekit.store_compact import compact_dir
 from judgekit.store import (
     RunSettings,
     ShardWriter,
-    dir_stats,
-    format_stats,
     mismatch_schema,
     problem_schema,
     read_mismatches,
     read_problems,
     validate_dir,
 )
+from judgekit.store_stats import dir_stats, format_stats
 
 H, DH = 8, 4
 

@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 
+from judgekit.commands._args import add_model_args
 from judgekit.errors import JudgekitError
 
 DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
@@ -42,16 +43,13 @@ def register(sub) -> None:
     src.add_argument("--sharpness", type=float, default=1.0,
                      help="q = softmax(sharpness * log p + noise): > 1 gives an over-confident draft")
     src.add_argument("--seed", type=int, default=0)
-    src.add_argument("--target", help="target model (hub id, directory or pocket-target); with --draft, --task")
-    src.add_argument("--draft", help="draft model")
+    add_model_args(src, required=False, note="a pair given with --task replaces the synthetic family")
     src.add_argument("--task", help="task whose target responses are read (e.g. pocket-math)")
     src.add_argument("--limit", type=int, default=8, help="problems read (model pairs)")
     src.add_argument("--split", default="test")
     src.add_argument("--data-file", help="local JSONL/Parquet file of the task's problems")
     src.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (0: one-hot rows)")
     src.add_argument("--max-new-tokens", type=int, default=128)
-    src.add_argument("--device", default="auto")
-    src.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     rules = p.add_argument_group("rules and their parameters (comma lists sweep)")
     rules.add_argument("--rule", nargs="+", default=DEFAULT_RULES, metavar="NAME", help="rules to analyse")
     rules.add_argument("--lenience", type=_floats("--lenience"), default=[0.2, 0.5, 0.8])
@@ -77,12 +75,6 @@ def register(sub) -> None:
 def _finite(value):
     """JSON has no infinity: an infinite KL is written as null (its count is in kl_infinite)."""
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _csv(rows: list[dict]) -> str:
@@ -113,6 +105,7 @@ def run(args) -> int:
     import torch
 
     from judgekit import analysis
+    from judgekit.atomic import atomic_write_bytes
 
     torch.set_num_threads(max(1, args.threads))
     if any(d <= 0 for d in args.delta) or (args.sweep_delta is not None and args.sweep_delta <= 0):
@@ -138,12 +131,12 @@ def run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomic(out / "rules.csv", _csv(rule_rows))
-        _write_atomic(out / "lemma1.csv", _csv(lemma_rows))
+        atomic_write_bytes(out / "rules.csv", _csv(rule_rows).encode())
+        atomic_write_bytes(out / "lemma1.csv", _csv(lemma_rows).encode())
         doc = {"sources": [{"source": s.source, **s.meta} for s in sources],
                "rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
                "lemma1": lemma_rows}
-        _write_atomic(out / "analysis.json", json.dumps(doc, indent=1))
+        atomic_write_bytes(out / "analysis.json", json.dumps(doc, indent=1).encode())
         plot_lemma1(lemma_rows, out / "figure5.png")
     if args.json:
         print(json.dumps({"rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from judgekit.commands._args import add_model_args
 from judgekit.errors import JudgekitError
 
 DEFAULT_PROMPTS = [
@@ -35,7 +36,7 @@ def _prompts_for(args, pair) -> list[list[int]]:
 def run_decode(args) -> int:
     import torch
 
-    from judgekit.bench import format_report, run_decode_bench, synthetic_pair
+    from judgekit.benchmarks import format_report, run_decode_bench, synthetic_pair
     from judgekit.models import load_model_pair
 
     if args.threads:
@@ -66,7 +67,7 @@ def run_decode(args) -> int:
 def run_mine(args) -> int:
     import torch
 
-    from judgekit.bench import format_mine_report, run_mine_bench
+    from judgekit.benchmarks import format_mine_report, run_mine_bench
     from judgekit.mining import MineConfig
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
@@ -88,7 +89,7 @@ def run_mine(args) -> int:
 def run_eval_bench_cmd(args) -> int:
     import torch
 
-    from judgekit.eval_bench import format_eval_report, run_eval_bench
+    from judgekit.benchmarks.eval import format_eval_report, run_eval_bench
     from judgekit.evaluation import EvalSettings, Sweep
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
@@ -118,7 +119,7 @@ def run_eval_bench_cmd(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="speed benchmarks (decode, mine)")
+    p = sub.add_parser("bench", help="speed benchmarks (decode, mine, eval)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
     d = bench_sub.add_parser("decode", help="HF target-only vs HF assisted vs judgekit (eager and fast path)",
                              description="Times the greedy decoders on the same pair, prompts and block size, "
@@ -126,8 +127,7 @@ def register(sub) -> None:
     d.add_argument("--pair", default="pocket", choices=["pocket", "cpu", "qwen2.5"],
                    help="pocket: the shipped pocket pair; cpu: small random-init Qwen2 pair with controlled "
                         "agreement; qwen2.5: random-init Qwen2.5-7B / 0.5B shapes (GPU)")
-    d.add_argument("--target", help="target model (overrides --pair)")
-    d.add_argument("--draft", help="draft model (overrides --pair)")
+    add_model_args(d, required=False, note="--target and --draft together override --pair")
     d.add_argument("--task", help="take prompts from a task (e.g. pocket-math) instead of the built-in ones")
     d.add_argument("--split", default="test")
     d.add_argument("--agreement", type=float, default=0.8, help="draft/target agreement of synthetic pairs")
@@ -143,8 +143,6 @@ def register(sub) -> None:
                    help="also time the fast path with CUDA-graph replay of its decoding steps (CUDA only)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    d.add_argument("--device", default="auto")
-    d.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     d.set_defaults(func=run_decode)
     m = bench_sub.add_parser("mine", help="judgekit's miner vs the plain reference procedure",
                              description="Mines the same problems with judgekit's miner and a plain "
@@ -152,24 +150,20 @@ def register(sub) -> None:
                                          "to EOS/max_new_tokens, batch 1); prints label agreement and the "
                                          "wall-time ratio.")
     m.add_argument("--task", default="pocket-math")
-    m.add_argument("--target", default="pocket-target")
-    m.add_argument("--draft", default="pocket-draft")
+    add_model_args(m, required=False, target="pocket-target", draft="pocket-draft")
     m.add_argument("--split", default="train")
     m.add_argument("--data-file")
     m.add_argument("--problems", type=int, default=8)
     m.add_argument("--max-new-tokens", type=int, default=256)
     m.add_argument("--batch-size", type=int, default=8, help="problems judgekit's miner advances together")
     m.add_argument("--threads", type=int, help="CPU threads for torch")
-    m.add_argument("--device", default="auto")
-    m.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     m.set_defaults(func=run_mine)
     e = bench_sub.add_parser("eval", help="`judgekit eval` throughput at several batch sizes",
                              description="Runs the same evaluation (decode, grade, record) at each batch size in "
                                          "one process and prints aggregate tokens/s, the ratio to the first "
                                          "batch size, and whether the greedy records are identical.")
     e.add_argument("--task", default="pocket-math")
-    e.add_argument("--target", default="pocket-target")
-    e.add_argument("--draft", default="pocket-draft")
+    add_model_args(e, required=False, target="pocket-target", draft="pocket-draft")
     e.add_argument("--split", default="test")
     e.add_argument("--data-file")
     e.add_argument("--problems", type=int, default=64)
@@ -180,7 +174,5 @@ def register(sub) -> None:
     e.add_argument("--batch-sizes", default="1,16", help="comma list; ratios are against the first")
     e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
     e.add_argument("--threads", type=int, help="CPU threads for torch")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     e.set_defaults(func=run_eval_bench_cmd)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

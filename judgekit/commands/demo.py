@@ -32,7 +32,7 @@ def run(args) -> int:
     from judgekit.commands import eval as eval_cmd
     from judgekit.mining import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
-    from judgekit.store import dir_stats
+    from judgekit.store_stats import dir_stats
     from judgekit.tasks import get_task
 
     try:

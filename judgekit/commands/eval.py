@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judgekit.commands.generate import add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
 from judgekit.errors import JudgekitError
 
 # Keys a sweep may vary (config names; the CLI spells them with dashes), and the shared run settings.
@@ -133,11 +133,11 @@ def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path
     """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
     from judgekit.evaluation import summary_csv, summary_markdown
     from judgekit.plots import plot_tradeoff, plot_truncation
-    from judgekit.store import _atomic_write_bytes
+    from judgekit.atomic import atomic_write_bytes
 
     written = []
     for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
-        _atomic_write_bytes(out_dir / name, text.encode(), 0)
+        atomic_write_bytes(out_dir / name, text.encode(), 0)
         written.append(out_dir / name)
     written.append(plot_tradeoff(rows, out_dir / "be_quality.png", title))
     trunc = plot_truncation(rows, out_dir / "truncation.png", title)

@@ -2,99 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
 from judgekit.errors import JudgekitError
 
 
-def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--target", required=required, help="target model: hub id, local directory or pocket-target")
-    p.add_argument("--draft", required=required, help="draft model: hub id, local directory or pocket-draft")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+def build_rule(args):
+    """The rule named on the command line, with its parameters; a judge is loaded here, once.
 
-
-def comma_list(kind):
-    """argparse type for a sweep: "0.2,0.4" -> [0.2, 0.4] (`kind` converts each item)."""
-
-    def parse(text: str) -> list:
-        try:
-            items = [kind(x.strip()) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}") from None
-        if not items:
-            raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
-        return items
-
-    return parse
-
-
-def threshold_value(text: str) -> float | str:
-    """A judge threshold: a probability, or the name of one saved in the judge (p10..p90, recall90, ...)."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def add_rule_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """Rule flags. With ``sweep`` (judgekit eval) --rule/--judge take several values, the numeric parameters
-    comma-separated lists, and every default is None so that a config file can fill what the line leaves out."""
-    g = p.add_argument_group("acceptance rule")
-
-    def arg(flag, kind, default, **kw):
-        if sweep:
-            g.add_argument(flag, type=comma_list(kind), default=None, **kw)
-        else:
-            g.add_argument(flag, type=kind, default=default, **kw)
-
-    g.add_argument("--rule", nargs="+" if sweep else None,  # names not listed: that would import torch for --help
-                   default=None if sweep else "lossless",
-                   help="verification rule (default lossless; an unknown name lists them all)"
-                        + ("; several for a comparison" if sweep else ""))
-    arg("--lenience", float, 0.5, help="lenience l in (0, 1] (rule lenience)")
-    arg("--lam", float, 0.5,
-        help="interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling")
-    arg("--fuzzy-threshold", float, 0.5, help="divergence threshold T (rule fuzzy)")
-    if sweep:
-        arg("--divergence", str, "kl", help="D for rule fuzzy: kl, tv or js")
-    else:
-        g.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"], help="D for rule fuzzy")
-    g.add_argument("--judge", nargs="+" if sweep else None, help="trained judge directory (rule judge)")
-    arg("--judge-threshold", threshold_value, 0.5,
-        help="accept if P(important) < this; a number or a threshold saved in the judge (p10..p90, recall90)")
-    arg("--p-base", float, 0.1, help="min-p base (rules speccascade, minp)")
-    arg("--epsilon", float, 0.0009, help="eta-sampling epsilon (rules typical, eta)")
-    arg("--delta", float, 0.03, help="eta-sampling delta (rules typical, eta)")
-
-
-def add_sampling_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """Decoding flags; with ``sweep`` block size and temperature take comma lists, --seeds several values and
-    the defaults are None (filled from a config file or the built-in defaults)."""
-    g = p.add_argument_group("decoding")
-    if sweep:
-        g.add_argument("--block-size", type=comma_list(int), help="draft tokens per step (gamma), e.g. 4,8")
-        g.add_argument("--temperature", type=comma_list(float), help="0 = greedy; e.g. 0,1.0 for both")
-        g.add_argument("--seeds", type=int, nargs="+", help="sampling seeds (greedy points use the first)")
-    else:
-        g.add_argument("--block-size", type=int, default=8, help="draft tokens per step (gamma)")
-        g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--max-new-tokens", type=int, default=None if sweep else 256,
-                   help="same default as evaluation and mining (judgekit eval, judgekit mine)")
-    if not sweep:
-        g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--no-chat-template", action="store_true", default=None if sweep else False,
-                   help="feed the prompt text as is")
-
-
-def build_rule(args, pair=None):
-    """The rule named on the command line, with its parameters (a judge is loaded once, here).
-
-    Without a pair this only validates and loads (cheap, before the models); with one, the judge is also
-    checked against the pair and moved to its device (:func:`bind_rule`).
+    Cheap and before the models load, so a bad flag fails fast; :func:`judgekit.judge.bind_rule` then checks
+    the judge against the loaded pair and moves it to the pair's device.
     """
     from judgekit.rules import RULES, make_rule
 
@@ -112,27 +30,12 @@ def build_rule(args, pair=None):
 
         judge = load_judge(args.judge)
         params.update(judge=judge, threshold=resolve_threshold(judge, args.judge_threshold))
-    rule = make_rule(args.rule, **params)
-    return bind_rule(rule, pair) if pair is not None else rule
-
-
-def bind_rule(rule, pair):
-    """A judge rule's judge checked against the pair (hidden sizes, layer) and moved to its device."""
-    judge = getattr(rule, "judge", None)
-    if judge is None or not hasattr(judge, "config"):
-        return rule
-    import dataclasses
-
-    from judgekit.judge import check_judge_matches
-
-    check_judge_matches(judge, pair.target.config.hidden_size, pair.target_name,
-                        draft_hidden_size=pair.draft.config.hidden_size,
-                        num_hidden_layers=pair.target.config.num_hidden_layers)
-    return dataclasses.replace(rule, judge=judge.to(pair.device))
+    return make_rule(args.rule, **params)
 
 
 def run(args) -> int:
     from judgekit.decoding import SamplingConfig, SpeculativeDecoder
+    from judgekit.judge import bind_rule
     from judgekit.models import load_model_pair
 
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from judgekit.commands._args import add_model_args
 from judgekit.errors import JudgekitError
 
 
@@ -89,8 +90,7 @@ def register(sub) -> None:
                        description="Semi-greedy counterfactual mining (AutoJudge) with hidden-state features. "
                                    "Resumable (--resume) and sharded across ranks under torchrun.")
     p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
-    p.add_argument("--target", required=True)
-    p.add_argument("--draft", required=True)
+    add_model_args(p)
     p.add_argument("--out", required=True, help="output directory of Parquet shards")
     p.add_argument("--split", default="train")
     p.add_argument("--limit", type=int, help="first N problems of the split")
@@ -107,8 +107,6 @@ def register(sub) -> None:
     p.add_argument("--no-compact", action="store_true",
                    help="keep the small per-commit shards (compact later with `judgekit data compact`)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from judgekit.commands._args import add_model_args
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("pocket", help="train or evaluate the pocket world's target/draft pair")
@@ -27,8 +29,7 @@ def register(subparsers) -> None:
     train.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="accuracy, pass@1, block efficiency and mismatch counts on held-out problems")
-    ev.add_argument("--target", default="pocket-target")
-    ev.add_argument("--draft", default="pocket-draft")
+    add_model_args(ev, required=False, target="pocket-target", draft="pocket-draft", device=False)
     ev.add_argument("--limit", type=int, default=200, help="held-out problems per task")
     ev.add_argument("--mismatch-limit", type=int, default=40, help="problems per task for the mismatch count")
     ev.add_argument("--gamma", type=int, default=8)

@@ -1,9 +1,10 @@
-"""Decoding speed benchmark: plain greedy, HF assisted generation and judgekit's lossless decoder.
+"""Decoding speed benchmark (`judgekit bench decode`): HF greedy, HF assisted generation and judgekit's
+lossless decoder (eager and fast path).
 
-All three run in one process on the same pair, prompts and block size, after a warm-up; the outputs must
-be identical (greedy lossless SD is exact), and we print tokens/s and the ratio judgekit / HF.
-Pairs: a model directory pair, the pocket pair, or random-init models built from real configs and
-rewired into a controlled-agreement pair (docs/design.md §8; no download).
+All run in one process on the same pair, prompts and block size, after a warm-up; the outputs must be
+identical (greedy lossless SD is exact), and we print tokens/s and the ratios judgekit / HF.
+Pairs: a model directory pair, the pocket pair, or random-init models built from real configs and rewired
+into a controlled-agreement pair (:func:`judgekit.benchmarks.synthetic.synthetic_pair`, docs/design.md §8).
 """
 
 from __future__ import annotations
@@ -12,26 +13,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-
-from judgekit.errors import JudgekitError
-
-# Real configs written inline (no download). Embeddings are untied so the controlled construction can set
-# the LM head independently; this adds the head's parameters to the 0.5B but does not change its shape.
-QWEN25_CONFIGS = {
-    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
-    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
-    # CPU-sized stand-ins with the same architecture and vocabulary shape.
-    "cpu-target": dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
-                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
-                       tie_word_embeddings=False),
-    "cpu-draft": dict(vocab_size=32000, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      tie_word_embeddings=False),
-}
 
 
 @dataclass
@@ -53,48 +34,13 @@ class Timing:
         return self.new_tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
 
-def build_config_model(name: str, dtype: torch.dtype, device: torch.device, seed: int = 0):
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    if name not in QWEN25_CONFIGS:
-        raise JudgekitError(f"unknown synthetic config {name!r}; choose from {', '.join(QWEN25_CONFIGS)}")
-    torch.manual_seed(seed)
-    config = Qwen2Config(**QWEN25_CONFIGS[name], eos_token_id=None, bos_token_id=None)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model.eval()
-
-
-class _NoTokenizer:
-    """Synthetic pairs decode ids only: no text, no EOS."""
-
-    eos_token_id = None
-
-    def decode(self, ids, **_kwargs) -> str:
-        return " ".join(map(str, ids))
-
-
-def synthetic_pair(target: str, draft: str, agreement: float, device: str = "auto", dtype: str = "auto"):
-    from judgekit.models import ModelPair, resolve_device, resolve_dtype
-    from judgekit.synthetic import make_controlled_pair
-
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    tm = build_config_model(target, dt, dev, seed=0)
-    dm = build_config_model(draft, dt, dev, seed=1)
-    make_controlled_pair(tm, dm, agreement)
-    vocab = min(tm.config.vocab_size, dm.config.vocab_size)
-    return ModelPair(tm, dm, _NoTokenizer(), target, draft, vocab, dev)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _time(fn, device) -> tuple[float, float, object]:
+def timed(fn, device) -> tuple[float, float, object]:
+    """(wall seconds, process CPU seconds, result) of ``fn()``, the device synchronised on both sides."""
     _sync(device)
     start, cpu = time.perf_counter(), time.process_time()
     out = fn()
@@ -175,7 +121,7 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
         for name, fn in methods.items():
             total, cpu, toks, outs = 0.0, 0.0, 0, []
             for _ in range(repeats):
-                secs, cpu_secs, out = _time(lambda: fn(prompts), dev)
+                secs, cpu_secs, out = timed(lambda: fn(prompts), dev)
                 total += secs
                 cpu += cpu_secs
                 toks += sum(len(o) for o in out)
@@ -209,53 +155,3 @@ def format_report(timings: list[Timing], identical: bool, title: str, cpu_clock:
                      f"{t.tokens_per_cpu_s:>11.1f}{vs_hf:>15.2f}x{vs_t:>10.2f}x")
     lines.append(f"outputs identical: {identical}   (ratios on {'CPU' if cpu_clock else 'wall'} time)")
     return "\n".join(lines)
-
-
-def run_mine_bench(pair, task, problems, cfg, batch_size: int = 1) -> dict:
-    """Mine the same problems with judgekit's miner (``batch_size`` problems advancing together) and the
-    fair reference procedure (batch 1, cached ``generate`` rollouts); compare labels and time.
-
-    The two alternate chunk by chunk (``batch_size`` problems each), so a change in the load of a shared
-    machine falls on both; wall and process CPU time are both summed."""
-    from judgekit.mining import Miner
-    from judgekit.mining_reference import ReferenceMiner, label_agreement
-
-    ours, ref = [], []
-    wall = {"ours": 0.0, "ref": 0.0}
-    cpu = {"ours": 0.0, "ref": 0.0}
-    with torch.inference_mode():
-        Miner(pair, task, cfg).mine(problems[0])  # warm-up
-        ReferenceMiner(pair, task, cfg).mine(problems[0])
-        for i in range(0, len(problems), batch_size):
-            chunk = problems[i: i + batch_size]
-            secs, cpu_secs, out = _time(lambda: list(Miner(pair, task, cfg, batch_size).mine_many(chunk)), pair.device)
-            wall["ours"] += secs
-            cpu["ours"] += cpu_secs
-            ours.extend(out)
-            secs, cpu_secs, out = _time(lambda: [ReferenceMiner(pair, task, cfg).mine(p) for p in chunk], pair.device)
-            wall["ref"] += secs
-            cpu["ref"] += cpu_secs
-            ref.extend(out)
-    agreement, same, union = label_agreement(ours, ref)
-    return {
-        "problems": len(problems), "batch_size": batch_size, "agreement": agreement, "agreeing": same, "union": union,
-        "mismatches": sum(len(r.records) for r in ours),
-        "important": sum(m.important for r in ours for m in r.records),
-        "rollouts_ours": sum(r.n_rollouts for r in ours), "rollouts_reference": sum(r.n_rollouts for r in ref),
-        "seconds_ours": wall["ours"], "seconds_reference": wall["ref"],
-        "cpu_seconds_ours": cpu["ours"], "cpu_seconds_reference": cpu["ref"],
-        "speedup": wall["ref"] / max(wall["ours"], 1e-9), "cpu_speedup": cpu["ref"] / max(cpu["ours"], 1e-9),
-    }
-
-
-def format_mine_report(r: dict, title: str) -> str:
-    return "\n".join([
-        title,
-        f"problems {r['problems']} (judgekit batch size {r['batch_size']}), mismatches {r['mismatches']} ({r['important']} important), "
-        f"rollouts judgekit {r['rollouts_ours']} / reference {r['rollouts_reference']}",
-        f"label agreement: {r['agreement']:.4f} ({r['agreeing']}/{r['union']} mismatches)",
-        f"wall time: judgekit {r['seconds_ours']:.2f}s, reference {r['seconds_reference']:.2f}s, "
-        f"ratio reference / judgekit: {r['speedup']:.2f}x",
-        f"CPU time: judgekit {r['cpu_seconds_ours']:.2f}s, reference {r['cpu_seconds_reference']:.2f}s, "
-        f"ratio reference / judgekit: {r['cpu_speedup']:.2f}x",
-    ])

@@ -8,6 +8,8 @@
   embedding) and set the LM-head rows to embedding rows under a permutation, so the target predicts a fixed
   successor of the current token; the draft uses the same successor except on a chosen fraction of tokens.
   Every greedy decoder then emits the same tokens and the agreement fraction sets the block efficiency.
+* :func:`synthetic_pair` applies it to random-init models of real shapes (:data:`QWEN25_CONFIGS`: Qwen2.5-7B /
+  0.5B, and CPU-sized stand-ins), the pairs of `judgekit bench decode --pair cpu|qwen2.5`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
+from judgekit.errors import JudgekitError
 
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -137,3 +141,59 @@ def _make_successor_model(model, nxt: torch.Tensor, vocab: int) -> None:
     # Row nxt[t] of the head equals e_t, so the argmax after reading t is nxt[t]; padded rows stay zero.
     new_head[nxt.to(head.weight.device)] = emb[:vocab]
     head.weight.copy_(new_head)
+
+
+# Real configs written inline (no download). Embeddings are untied so the controlled construction can set
+# the LM head independently; this adds the head's parameters to the 0.5B but does not change its shape.
+QWEN25_CONFIGS = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                         rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    # CPU-sized stand-ins with the same architecture and vocabulary shape.
+    "cpu-target": dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
+                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+                       tie_word_embeddings=False),
+    "cpu-draft": dict(vocab_size=32000, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=False),
+}
+
+
+def build_config_model(name: str, dtype: torch.dtype, device: torch.device, seed: int = 0):
+    """A random-init Qwen2 model of one of :data:`QWEN25_CONFIGS`, built on ``device`` (no download)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    if name not in QWEN25_CONFIGS:
+        raise JudgekitError(f"unknown synthetic config {name!r}; choose from {', '.join(QWEN25_CONFIGS)}")
+    torch.manual_seed(seed)
+    config = Qwen2Config(**QWEN25_CONFIGS[name], eos_token_id=None, bos_token_id=None)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+class _NoTokenizer:
+    """Synthetic pairs decode ids only: no text, no EOS."""
+
+    eos_token_id = None
+
+    def decode(self, ids, **_kwargs) -> str:
+        return " ".join(map(str, ids))
+
+
+def synthetic_pair(target: str, draft: str, agreement: float, device: str = "auto", dtype: str = "auto"):
+    """A controlled-agreement :class:`judgekit.models.ModelPair` of two :data:`QWEN25_CONFIGS` shapes."""
+    from judgekit.models import ModelPair, resolve_device, resolve_dtype
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    tm = build_config_model(target, dt, dev, seed=0)
+    dm = build_config_model(draft, dt, dev, seed=1)
+    make_controlled_pair(tm, dm, agreement)
+    vocab = min(tm.config.vocab_size, dm.config.vocab_size)
+    return ModelPair(tm, dm, _NoTokenizer(), target, draft, vocab, dev)

@@ -9,7 +9,8 @@ outcome is deterministic; ALPHA says how unlikely a wrong verdict was when the s
   P(||p_hat - p||_1 >= eps) <= 2^V exp(-N eps^2 / 2), so eps = sqrt(2 (V ln 2 + ln(1/ALPHA)) / N).
 
 With N = 20,000 draws over a handful of cells, both reject a sampler whose output is off by a total
-variation of about 0.03 (the planted-mistake tests in test_rules.py and test_decoding.py show it).
+variation of about 0.03 (test_rules.py's planted-mistake tests show it; test_decoding.py's checks were
+tried the same way, with mistakes planted by hand in the rules, the verifier and the decoder).
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ import re
 import pytest
 import torch
 
-from judgekit.benchmarks.synthetic import make_controlled_pair, save_tiny_pair, tiny_model
+from judgekit.benchmarks.synthetic import make_controlled_pair, tiny_model
 from judgekit.cli import main
 
 
 @pytest.fixture(scope="module")
-def tiny_pair_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("pair"))
+def tiny_pair_dirs(tiny_dirs):  # the shared tiny llama pair of tests/conftest.py
+    return tiny_dirs
 
 
 def test_controlled_pair_follows_the_permutation_and_sets_agreement():

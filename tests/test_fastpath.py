@@ -19,11 +19,9 @@ PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "S
            "0 1 2", "Tom"]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
-def pair(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp("fast-" + request.param)
-    target, draft = save_tiny_pair(root, arch=request.param, seed=3)
-    return load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+@pytest.fixture(scope="session")
+def pair(tiny_pair):  # the shared tiny pair of tests/conftest.py, once per architecture
+    return tiny_pair
 
 
 def _ids(pair, text):
@@ -250,7 +248,7 @@ def test_evaluation_at_batch_size_equals_batch_one():
 def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_updates(tmp_path):
     """Decoders of one pair share its fused fast forwards (a sweep builds them once); changing the weights in
     place (training, perturbation) must not leave a decoder on stale fused copies."""
-    target, draft = save_tiny_pair(tmp_path, arch="llama", seed=5)
+    target, draft = save_tiny_pair(tmp_path, arch="llama", seed=5)  # its own pair: the weights change below
     local = load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
     a = SpeculativeDecoder(local, make_rule("lossless"), block_size=4, fast=True)
     b = SpeculativeDecoder(local, make_rule("cos", lam=0.5), block_size=4, fast=True)
@@ -303,8 +301,8 @@ def test_cuda_graphs_need_a_cuda_device(pair):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tmp_path):
-    target, draft = save_tiny_pair(tmp_path, arch="qwen2", seed=3)
+def test_cuda_graph_replay_equals_the_fast_path_on_a_gpu(tiny_models):
+    target, draft = tiny_models.dirs("qwen2")
     gpu = load_model_pair(str(target), str(draft), device="cuda", dtype="fp32")
     prompts = [_ids(gpu, t) for t in PROMPTS]
     plain = SpeculativeDecoder(gpu, make_rule("lossless"), block_size=4, fast=True)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.errors import JudgekitError
 from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
 
@@ -46,29 +43,25 @@ def test_judge_for_another_model_is_refused():
         check_judge_matches(_judge(8), 64, "x")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("judge-pair"), arch="llama")
+def _generate(t, d, judge_dir, *extra) -> int:
+    """`judgekit generate` with a judge, in process (the entry point itself is run by test_models.py)."""
+    from judgekit.cli import main
+
+    return main(["generate", "--target", str(t), "--draft", str(d), "--prompt", "Tom has", "--rule", "judge",
+                 "--judge", str(judge_dir), "--device", "cpu", "--max-new-tokens", "12", "--json", *extra])
 
 
-def _generate(t, d, judge_dir, *extra):
-    return subprocess.run([sys.executable, "-m", "judgekit", "generate", "--target", str(t), "--draft", str(d),
-                           "--prompt", "Tom has", "--rule", "judge", "--judge", str(judge_dir), "--device", "cpu",
-                           "--max-new-tokens", "12", "--json", *extra], capture_output=True, text=True, timeout=300)
-
-
-def test_cli_generate_with_a_judge(tiny, tmp_path):
-    t, d = tiny
+def test_cli_generate_with_a_judge(tiny_dirs, tmp_path, capsys):
+    t, d = tiny_dirs
     keep_all = _judge(64)  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept
     keep_all.weight.zero_()
     keep_all.bias.fill_(-20.0)
     keep_all.save(tmp_path / "ok")
-    proc = _generate(t, d, tmp_path / "ok", "--judge-threshold", "0.5")
-    assert proc.returncode == 0, proc.stderr
-    stats = json.loads(proc.stdout)["stats"]
+    assert _generate(t, d, tmp_path / "ok", "--judge-threshold", "0.5") == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
     # Every drafted token is kept: 8 drafts + 1 bonus, then the last 3 tokens of the budget in one more step.
     assert stats["target_calls"] <= 2 and stats["accept_hist"][0] == 0
     _judge(32).save(tmp_path / "wrong")
-    bad = _generate(t, d, tmp_path / "wrong")
-    assert bad.returncode == 2 and "trained on tiny-llama (hidden size 32)" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    assert _generate(t, d, tmp_path / "wrong") == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the weight-loading progress bars
+    assert last.startswith("judgekit: error: ") and "trained on tiny-llama (hidden size 32)" in last

@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from judgekit.benchmarks.synthetic import save_tiny_pair
 from judgekit.mining import MineConfig, Miner
 from judgekit.mining_reference import ReferenceMiner, label_agreement
-from judgekit.models import load_model_pair
 from judgekit.store import read_mismatches, read_problems, validate_dir
 from judgekit.tasks.base import Problem, Task
 
@@ -44,14 +42,8 @@ class PrefixTask(Task):
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("mine"), arch="llama", draft_noise=0.5, seed=1)
-
-
-@pytest.fixture(scope="module")
-def pair(tiny_dirs):
-    t, d = tiny_dirs
-    return load_model_pair(str(t), str(d), device="cpu", dtype="fp32")
+def pair(tiny_models):  # the shared tiny llama pair of tests/conftest.py (its directories: `tiny_dirs`)
+    return tiny_models.pair("llama")
 
 
 def test_matches_reference_procedure(pair):
@@ -140,6 +132,7 @@ def _committed(out) -> int:
     return len(list(out.glob("problems-*.parquet"))) if out.exists() else 0
 
 
+@pytest.mark.slow
 def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uninterrupted, tmp_path):
     """SIGKILL at random moments (during start-up, and right after a commit: mid-forward or mid-write),
     resume each time, and compare the final records with a clean run's."""
@@ -167,6 +160,7 @@ def test_kill_and_resume_yields_exactly_the_uninterrupted_records(tiny_dirs, uni
     assert _records(out) == records
 
 
+@pytest.mark.slow
 def test_two_ranks_union_equals_single_process(tiny_dirs, uninterrupted, tmp_path):
     records = uninterrupted[0]
     out = tmp_path / "run"
@@ -185,6 +179,7 @@ def _dir_state(out) -> list[tuple]:
     return sorted((p.name, p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir())
 
 
+@pytest.mark.slow
 def test_rerun_without_resume_and_changed_settings_are_refused_and_change_nothing(tiny_dirs, tmp_path):
     out = tmp_path / "run"
     cmd = _mine_cmd(tiny_dirs, out)
@@ -206,6 +201,7 @@ def _data_files(out) -> list[str]:
     return sorted(p.name for p in out.glob("*.parquet"))
 
 
+@pytest.mark.slow  # needs the whole mining run of `uninterrupted`
 def test_completed_run_is_compacted_and_reports_its_wall_time(uninterrupted):
     from judgekit.store_stats import dir_stats
 
@@ -279,11 +275,13 @@ def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tm
             assert owners.setdefault(pid, (name, name))[0] == name
     assert len(owners) == 800
 
-def test_unknown_task_is_one_line(tiny_dirs, tmp_path):
+def test_unknown_task_is_one_line(tiny_dirs, tmp_path, capsys):
+    from judgekit.cli import main
+
     cmd = _mine_cmd(tiny_dirs, tmp_path / "x")
     cmd[cmd.index("pocket-math")] = "no-such-task"
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "unknown task 'no-such-task'" in proc.stderr
+    assert main(cmd[3:]) == 2
+    assert "judgekit: error: unknown task 'no-such-task'" in capsys.readouterr().err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("batch_size", [2, 4])

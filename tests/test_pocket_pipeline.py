@@ -28,6 +28,7 @@ def test_lossless_block_efficiency_on_pocket_math(pair):
     assert score.accuracy >= 0.75
 
 
+@pytest.mark.slow
 def test_mining_the_pocket_pair_finds_both_labels(pair, tmp_path, capsys):
     task = get_task("pocket-math")
     results = list(Miner(pair, task, MineConfig(max_new_tokens=200), batch_size=4).mine_many(task.load("train", limit=16)))

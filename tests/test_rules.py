@@ -15,9 +15,11 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * appendix A.2 (fuzzy SD):          q where D(p, q) < T, else p
 * lossless:                         p
 
-The Monte Carlo tests drive the real sampling path, :func:`verify_block`, and compare the empirical
-distribution of the emitted token with ``rule.induced`` using two bounds, both at a false-alarm level of
-ALPHA = 1e-6 per check (and all generators are seeded, so the outcome is deterministic):
+The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.verify.verify_batch` (all
+draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as :func:`verify_block` here),
+and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds
+(tests/stat_checks.py), both at a false-alarm level of ALPHA = 1e-6 per check (and all generators are
+seeded, so the outcome is deterministic):
 
 * Pearson's chi-square statistic against the exact (1 - ALPHA) quantile of chi^2 with m - 1 degrees of
   freedom (m = cells of positive expected mass; an observation in a zero-mass cell fails outright);
@@ -34,6 +36,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from stat_checks import ALPHA, chi2_quantile, gof
 
 from judgekit.errors import JudgekitError
 from judgekit.rules import (
@@ -48,44 +51,11 @@ from judgekit.rules import (
     minp_set,
     verify_block,
 )
+from judgekit.verify import verify_batch
 
 torch.set_num_threads(1)
 
-ALPHA = 1e-6
 DTYPE = torch.float64
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Exact chi-square quantiles (integer degrees of freedom), no scipy needed.
-
-
-def chi2_sf(x: float, dof: int) -> float:
-    """Survival function of chi^2_dof, exact for integer dof via Q(d+2, x) = Q(d, x) + term(d, x)."""
-    if x <= 0:
-        return 1.0
-    half = x / 2.0
-    if dof % 2 == 0:
-        q, s = math.exp(-half), 2
-    else:
-        q, s = math.erfc(math.sqrt(half)), 1
-    while s < dof:
-        q += math.exp(s / 2.0 * math.log(half) - half - math.lgamma(s / 2.0 + 1.0))
-        s += 2
-    return q
-
-
-def chi2_quantile(upper_tail: float, dof: int) -> float:
-    """x with P(chi^2_dof >= x) = upper_tail, by bisection."""
-    lo, hi = 0.0, 1.0
-    while chi2_sf(hi, dof) > upper_tail:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if chi2_sf(mid, dof) > upper_tail:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def test_chi2_quantile_matches_tables():
@@ -570,43 +540,27 @@ MC_BONUS = np.array([0.05, 0.40, 0.02, 0.30, 0.08, 0.15])  # p at the position a
 N_DRAWS = 20_000
 
 
-def mc_bounds(vocab, n, n_cells):
-    return chi2_quantile(ALPHA, n_cells - 1), math.sqrt(2 * (vocab * math.log(2) + math.log(1 / ALPHA)) / n)
-
-
-def gof(counts: np.ndarray, expected_p: np.ndarray):
-    """(Pearson statistic, its 1 - ALPHA chi-square bound, L1 distance, its BHC bound)."""
-    n = counts.sum()
-    pos = expected_p > 1e-12
-    if counts[~pos].any():
-        stat = math.inf
-    else:
-        e = n * expected_p[pos]
-        stat = float(((counts[pos] - e) ** 2 / e).sum())
-    chi_bound, l1_bound = mc_bounds(len(expected_p), n, int(pos.sum()))
-    l1 = float(np.abs(counts / n - expected_p).sum())
-    return stat, chi_bound, l1, l1_bound
+def _batched(t, n):
+    """A one-sequence context field repeated for n sequences ([rows, ...] -> [n, rows, ...])."""
+    return None if t is None else t.unsqueeze(0).expand(n, *t.shape)
 
 
 def emitted_tokens(rule, p_rows, q_row, ctx, n, seed, position=0):
-    """Run verify_block n times on a k = 1 block with x ~ q; return the emitted token at `position`
-    (0: x if accepted else the residual sample; 1: the bonus token, only defined after an acceptance)."""
+    """n independent k = 1 blocks with x ~ q, decided at once by the batched verifier the decoder runs
+    (:func:`judgekit.verify.verify_batch`; tests/test_fastpath.py checks that it makes the same draws as
+    :func:`judgekit.rules.verify_block`). Returns the emitted token at `position` (0: x if accepted else the
+    residual sample; 1: the bonus token, only defined after an acceptance) and the accepted lengths."""
     p = _t(p_rows)
     q = _t(q_row).unsqueeze(0)
     draft_gen = torch.Generator().manual_seed(seed)
-    xs = torch.multinomial(q[0], n, replacement=True, generator=draft_gen).tolist()
-    gen = torch.Generator().manual_seed(seed + 1)
-    out = np.empty(n, dtype=np.int64)
-    n_acc = np.empty(n, dtype=np.int64)
-    for i, x in enumerate(xs):
-        res = verify_block(rule, p, q, torch.tensor([x]), ctx, gen)
-        acc = int(res.n_accepted)
-        n_acc[i] = acc
-        if position == 0:
-            out[i] = x if acc == 1 else int(res.next_token)
-        else:
-            out[i] = int(res.next_token)
-    return out, n_acc
+    x = torch.multinomial(q[0], n, replacement=True, generator=draft_gen).unsqueeze(1)
+    bctx = RuleContext(_batched(ctx.p_shape, n), _batched(ctx.q_shape, n), _batched(ctx.hidden, n))
+    n_acc, nxt = verify_batch(rule, _batched(p, n), _batched(q, n), x, bctx,
+                              generator=torch.Generator().manual_seed(seed + 1))
+    n_acc, nxt = n_acc.numpy(), nxt.numpy()
+    if position == 0:
+        return np.where(n_acc == 1, x[:, 0].numpy(), nxt), n_acc
+    return nxt, n_acc
 
 
 def mc_rule(name):
@@ -750,12 +704,11 @@ def test_truncation_rules_never_emit_outside_allowed_set(name, params, with_shap
         inside = sets[:k] / sets[:k].sum(-1, keepdims=True)
         q_rows = 0.85 * inside + 0.15 / vocab
         p, q = _t(p_rows), _t(q_rows)
-        ctx = RuleContext(p_shape=p) if with_shape else RuleContext()
-        for _ in range(50):
-            x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
-            res = verify_block(rule, p, q, x, ctx, gen)
-            n = int(res.n_accepted)
-            emitted = [(i, int(x[i])) for i in range(n)] + [(n, int(res.next_token))]
+        ctx = RuleContext(p_shape=_batched(p, 50) if with_shape else None)
+        x = torch.multinomial(q, 50, replacement=True, generator=gen).T  # 50 blocks [50, k], x_i ~ q_i
+        ns, nexts = verify_batch(rule, _batched(p, 50), _batched(q, 50), x, ctx, generator=gen)
+        for row, n, nxt in zip(x.tolist(), ns.tolist(), nexts.tolist()):
+            emitted = [(i, row[i]) for i in range(n)] + [(n, nxt)]
             outside += sum(not sets[i][t] for i, t in emitted)
             bonus_seen += n == k
         excluded += int((~sets).sum())
@@ -953,9 +906,11 @@ def test_invalid_parameters_raise(name, params):
         ("fuzzy", {"threshold": 0.0, "divergence": "js"}),
     ],
 )
-def test_boundary_parameters_accepted(name, params):
-    """Each boundary value is accepted and behaves as its limit says (a rule that mishandled the boundary,
-    e.g. fuzzy gating on D <= T or a judge keeping tokens at P(important) = 0 < 0, would fail here)."""
+def test_boundary_parameters_behave_as_their_limits(name, params):
+    """Each boundary value is accepted and the rule's own mechanism (generic_induced) emits the limit's
+    distribution: l = 1 and lam = 1 lossless, lam = 0 the draft's q, threshold 0 lossless. A rule that
+    mishandled the boundary fails here: a judge keeping tokens at P(important) = 0 <= 0 does (checked by
+    planting it). For fuzzy, a gate D <= 0 would open only where p = q, which emits the same tokens."""
     rule = make_rule(name, **params)
     assert isinstance(rule, Rule)
     for vocab, (p, q) in STACKED.items():

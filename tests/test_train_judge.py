@@ -209,6 +209,7 @@ def test_single_class_in_the_validation_split_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------ DDP
 
 
+@pytest.mark.slow
 def test_two_process_ddp_gives_the_same_head(tmp_path):
     """2 gloo processes on CPU, each with half of every global batch, train the same head as 1 process."""
     d = write_mined(tmp_path / "m", "math", 60, seed=7)

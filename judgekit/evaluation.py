@@ -280,7 +280,7 @@ def point_record(task: Task, problem: Problem, point: EvalPoint, gen) -> dict:
 
 def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
              settings: EvalSettings, out_dir: str, rank: int = 0, world_size: int = 1, flush_every: int = 16,
-             progress=None, batch_size: int = 1) -> dict:
+             progress=None, batch_size: int = 1, grade_workers: int = 4) -> dict:
     """Evaluate this rank's share of the (point, problem) pairs not yet in out_dir; returns counts.
 
     Pairs are enumerated point-major and dealt round-robin to ranks, so each rank holds a slice of every point
@@ -288,14 +288,15 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     ``batch_size`` > 1 decodes up to that many problems of a point in lockstep on the fast path, a finished
     problem's place taken by the next (continuous batching); records are committed every ``flush_every``
     finished problems. Every problem keeps its own seed, so greedy records do not depend on the batch size
-    (tested).
+    (tested). Grading (for code: sandboxed test runs) happens on ``grade_workers`` threads while decoding goes on.
     """
     import time as _time
+    from concurrent.futures import ThreadPoolExecutor
 
     from judgekit.records import RecordWriter
 
-    if batch_size < 1:
-        raise JudgekitError(f"batch size must be >= 1, got {batch_size}")
+    if batch_size < 1 or grade_workers < 1:
+        raise JudgekitError(f"batch size and grading workers must be >= 1, got {batch_size}, {grade_workers}")
     writer = RecordWriter(out_dir, settings.to_dict(), rank)
     done = writer.done()
     pairs = [(pi, qi) for pi in range(len(points)) for qi in range(len(problems))]
@@ -306,33 +307,41 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     by_point: dict[int, list[int]] = {}
     for pi, qi in todo:
         by_point.setdefault(pi, []).append(qi)
-    for n_point, (pi, qis) in enumerate(by_point.items(), 1):
-        point = points[pi]
-        sampling = SamplingConfig(point.temperature, settings.top_k, settings.top_p)
-        decoder = SpeculativeDecoder(pair, _build_rule(point, pair, judges), point.block_size, sampling)
-        start, correct, pending = _time.perf_counter(), 0, []
-        for qi in qis:
-            if qi not in prompts:
-                prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
-                    problems[qi], pair.tokenizer, chat_template=settings.chat_template))
+    with ThreadPoolExecutor(max_workers=grade_workers, thread_name_prefix="judgekit-grade") as pool:
+        for n_point, (pi, qis) in enumerate(by_point.items(), 1):
+            point = points[pi]
+            sampling = SamplingConfig(point.temperature, settings.top_k, settings.top_p)
+            decoder = SpeculativeDecoder(pair, _build_rule(point, pair, judges), point.block_size, sampling)
+            start = _time.perf_counter()
+            for qi in qis:
+                if qi not in prompts:
+                    prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
+                        problems[qi], pair.tokenizer, chat_template=settings.chat_template))
+            grading: list = []  # futures of records not yet written
+            correct = [0]
 
-        def finished(i: int, gen) -> None:  # commit a shard every flush_every finished problems
-            nonlocal correct, pending
-            row = point_record(task, problems[qis[i]], point, gen)
-            correct += row["correct"]
-            pending.append(row)
-            if len(pending) >= flush_every:
-                writer.write(pending)
-                pending = []
+            def commit(wait_all: bool) -> None:
+                """Write the graded records, every flush_every of them (all of them at the end of the point)."""
+                ready = [f for f in grading if f.done()] if not wait_all else list(grading)
+                if len(ready) >= flush_every or (wait_all and ready):
+                    rows = [f.result() for f in ready]
+                    writer.write(rows)
+                    correct[0] += sum(r["correct"] for r in rows)
+                    grading[:] = [f for f in grading if f not in ready]
 
-        seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
-        # All of the point's problems in one call: finished rows are refilled (continuous batching).
-        decoder.generate_batch([prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings, seeds,
-                               batch_size=batch_size, on_finish=finished)
-        writer.write(pending)
-        if progress:
-            progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} gamma={point.block_size}"
-                     f" seed={point.seed}: {correct}/{len(qis)} correct ({_time.perf_counter() - start:.1f}s)")
+            def finished(i: int, gen, point=point, qis=qis, grading=grading, commit=commit) -> None:
+                grading.append(pool.submit(point_record, task, problems[qis[i]], point, gen))
+                commit(False)
+
+            seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
+            # All of the point's problems in one call: finished rows are refilled (continuous batching).
+            decoder.generate_batch([prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings,
+                                   seeds, batch_size=batch_size, on_finish=finished)
+            commit(True)
+            if progress:
+                progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} "
+                         f"gamma={point.block_size} seed={point.seed}: {correct[0]}/{len(qis)} correct "
+                         f"({_time.perf_counter() - start:.1f}s)")
     return {"pairs": len(pairs), "mine": len(mine), "evaluated": len(todo), "skipped": len(mine) - len(todo)}
 
 

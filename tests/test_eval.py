@@ -346,3 +346,32 @@ def test_eval_batch_size_flag_and_config_are_checked(tmp_path, capsys):
     assert main(["eval", *POCKET, "--rule", "lossless", "--limit", "1", "--batch-size", "0",
                  "--out", str(tmp_path / "o")]) == 2
     assert "--batch-size" in capsys.readouterr().err
+
+
+def test_grading_runs_on_worker_threads_and_gives_the_same_records(tmp_path, pair, monkeypatch):
+    """Finished problems are graded on worker threads while decoding goes on (code tasks: sandboxed runs);
+    the records are those of one worker, each problem recorded once."""
+    import threading
+
+    task = get_task("pocket-code")
+    problems = task.load("test", limit=6)
+    points = Sweep(["lossless"]).points()
+    settings = EvalSettings("pocket-code", "pocket-target", "pocket-draft", limit=6, max_new_tokens=64)
+    threads = set()
+    grade = type(task).grade
+
+    def spy(self, problem, outcome):
+        threads.add(threading.current_thread().name)
+        return grade(self, problem, outcome)
+
+    monkeypatch.setattr(type(task), "grade", spy)
+    got = {}
+    for workers in (1, 3):
+        out = tmp_path / f"w{workers}"
+        run_eval(pair, task, problems, points, settings, str(out), flush_every=2, batch_size=3,
+                 grade_workers=workers)
+        rows = read_records(out).to_pylist()
+        got[workers] = sorted((r["problem"], r["completion_ids"], r["correct"]) for r in rows)
+    assert len(got[3]) == 6 and got[3] == got[1]
+    assert any(c for _, _, c in got[1])  # some programs pass: the sandbox really graded them
+    assert threads and all(t.startswith("judgekit-grade") for t in threads)

@@ -20,11 +20,11 @@ from judgekit.errors import JudgekitError
 SWEEP_KEYS = ("rule", "judge", "lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base",
               "epsilon", "delta", "temperature", "block_size", "seeds")
 RUN_KEYS = ("task", "target", "draft", "device", "dtype", "split", "data_file", "limit", "max_new_tokens",
-            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size")
+            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size", "grade_workers")
 RUN_DEFAULTS: dict[str, Any] = {"device": "auto", "dtype": "auto", "split": "test", "data_file": None,
                                 "limit": None, "max_new_tokens": 256, "top_k": None, "top_p": None,
                                 "chat_template": True, "threads": None, "flush_every": 16, "title": "",
-                                "batch_size": 1}
+                                "batch_size": 1, "grade_workers": 4}
 _ALIASES = {"rules": "rule", "judges": "judge", "temperatures": "temperature", "block_sizes": "block_size",
             "seed": "seeds"}
 
@@ -95,7 +95,7 @@ def resolve(args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     cli = _cli_values(args)
     run = {**RUN_DEFAULTS, **{k: v for k, v in config.items() if k in RUN_KEYS},
            **{k: v for k, v in cli.items() if k in RUN_KEYS}}
-    for key in ("limit", "max_new_tokens", "top_k", "threads", "flush_every", "batch_size"):
+    for key in ("limit", "max_new_tokens", "top_k", "threads", "flush_every", "batch_size", "grade_workers"):
         if run.get(key) is not None and (isinstance(run[key], bool) or not isinstance(run[key], int)):
             raise JudgekitError(f"setting {key!r} must be an integer, got {run[key]!r}")
     for key in ("task", "target", "draft", "out"):
@@ -173,8 +173,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
         for p in points:
             print(f"  {p.label}  T={p.temperature:g} gamma={p.block_size} seed={p.seed}")
         return 0
-    if settings["flush_every"] < 1 or settings["max_new_tokens"] < 1 or settings["batch_size"] < 1:
-        raise JudgekitError("--flush-every, --max-new-tokens and --batch-size must be >= 1")
+    if min(settings["flush_every"], settings["max_new_tokens"], settings["batch_size"], settings["grade_workers"]) < 1:
+        raise JudgekitError("--flush-every, --max-new-tokens, --batch-size and --grade-workers must be >= 1")
     import torch
 
     from judgekit.models import load_model_pair
@@ -193,7 +193,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
     log(f"rank {rank}/{world}: {len(points)} points x {len(problems)} problems -> {settings['out']}")
     counts = run_eval(pair, task, problems, points, run_settings, settings["out"], rank=rank, world_size=world,
                       flush_every=settings["flush_every"], progress=None if quiet else log,
-                      batch_size=settings["batch_size"])
+                      batch_size=settings["batch_size"], grade_workers=settings["grade_workers"])
     log(f"rank {rank}/{world}: evaluated {counts['evaluated']} (point, problem) pairs, "
         f"{counts['skipped']} already done")
     out_dir = Path(settings["out"])
@@ -240,6 +240,9 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int,
                    help="problems decoded together in lockstep on the fast path (default 1); greedy records do "
                         "not depend on it")
+    p.add_argument("--grade-workers", type=int,
+                   help="threads grading finished problems while decoding goes on (default 4; code tasks run "
+                        "each program in the sandbox)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the config, load the problems and list the points; load no model")
     p.add_argument("--quiet", action="store_true", help="no per-point progress on stderr")

@@ -129,13 +129,7 @@ def feed(model, rows: list[RowCache], seqs: list[list[int]], vocab: int, *, all_
         col = torch.searchsorted(keep, last)
         preds = out.logits[torch.arange(len(rows), device=device), col, :vocab].argmax(-1).unsqueeze(1)
     preds_host = preds.tolist()  # the one host sync of the step
-    hidden_host = None
-    if hidden_layers:  # only the positions we return leave the device
-        rows_idx = torch.arange(len(rows), device=device)
-        pick = (lambda h: h) if all_positions else (lambda h: h[rows_idx, last].unsqueeze(1))
-        hidden_host = {layer: pick(out.hidden_states[layer]).float().cpu().numpy().astype(np.float16)
-                       for layer in hidden_layers}
-    results = []
+    states = {layer: out.hidden_states[layer] for layer in hidden_layers}
     for i, (row, seq, c, toks) in enumerate(zip(rows, seqs, commons, new)):
         row.ids = list(seq)
         if not single:  # hand every row its own slice of the batched cache
@@ -143,6 +137,20 @@ def feed(model, rows: list[RowCache], seqs: list[list[int]], vocab: int, *, all_
             row.keys = [layer.keys[i: i + 1, :, lo:hi] for layer in cache.layers]
             row.values = [layer.values[i: i + 1, :, lo:hi] for layer in cache.layers]
             row.cache = None
+    return feed_results(commons, new, preds_host, states, last, all_positions)
+
+
+def feed_results(commons: list[int], new: list[list[int]], preds_host: list[list[int]],
+                 states: dict[int, torch.Tensor], last: torch.Tensor, all_positions: bool) -> list[FeedResult]:
+    """Each row's FeedResult from the step's host predictions and hidden states [B, T, H] (by layer); only the
+    positions returned leave the device, as float16."""
+    hidden_host = None
+    if states:
+        rows_idx = torch.arange(len(new), device=last.device)
+        pick = (lambda h: h) if all_positions else (lambda h: h[rows_idx, last].unsqueeze(1))
+        hidden_host = {layer: pick(h).float().cpu().numpy().astype(np.float16) for layer, h in states.items()}
+    results = []
+    for i, (c, toks) in enumerate(zip(commons, new)):
         n = len(toks)
         argmax = preds_host[i][:n] if all_positions else preds_host[i]
         hidden = None

@@ -10,10 +10,9 @@ Its results are :class:`judgekit.batching.FeedResult`, field for field what ``fe
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from judgekit.batching import FeedResult, common_prefix_len
+from judgekit.batching import FeedResult, common_prefix_len, feed_results
 from judgekit.fastmodel import FastLM
 
 
@@ -71,20 +70,7 @@ class FastRows:
             logits, states = self.lm.forward(ids, torch.tensor(commons, device=dev), self.cache, need,
                                              logit_cols=cols, hidden_layer=layers, cache_rows=cache_rows)
         preds_host = logits[..., :vocab].argmax(-1).tolist()  # the one host sync of the step
-        hidden_host = None
-        if layers:  # only the positions we return leave the device
-            idx = torch.arange(len(rows), device=dev)
-            last_t = torch.tensor(last, device=dev)
-            pick = (lambda h: h) if all_positions else (lambda h: h[idx, last_t].unsqueeze(1))
-            hidden_host = {layer: pick(h).float().cpu().numpy().astype(np.float16)
-                           for layer, h in zip(layers, states)}
-        results = []
-        for i, (row, seq, c, toks) in enumerate(zip(rows, seqs, commons, new)):
+        for row, seq in zip(rows, seqs):
             self.ids[row] = list(seq)
-            n = len(toks)
-            argmax = preds_host[i][:n] if all_positions else preds_host[i]
-            hidden = None
-            if hidden_host is not None:
-                hidden = {layer: h[i, :n] if all_positions else h[i] for layer, h in hidden_host.items()}
-            results.append(FeedResult(c, argmax, hidden))
-        return results
+        return feed_results(commons, new, preds_host, dict(zip(layers or (), states or ())),
+                            torch.tensor(last, device=dev), all_positions)

@@ -50,3 +50,31 @@ def test_bench_mine_compares_labels_with_the_reference(tiny_pair_dirs, capsys):
     assert rc == 0, out
     agreed = re.search(r"label agreement: 1\.0000 \((\d+)/(\d+) mismatches\)", out)
     assert agreed and agreed[1] == agreed[2] and int(agreed[1]) > 0, out  # some mismatches, all labelled alike
+
+
+def test_bench_eval_repeats_alternate_and_report_medians(tmp_path, monkeypatch):
+    """Rounds run the batch sizes in alternating order (a slow spell falls on all of them); the report gives
+    each batch size's median time."""
+    import judgekit.evaluation as evaluation
+    from judgekit.benchmarks.eval import run_eval_bench
+    from judgekit.evaluation import EvalSettings, Sweep
+    from judgekit.models import load_model_pair
+    from judgekit.tasks import get_task
+
+    order = []
+    real = evaluation.run_eval
+
+    def spy(*args, batch_size=1, **kwargs):
+        order.append(batch_size)
+        return real(*args, batch_size=batch_size, **kwargs)
+
+    monkeypatch.setattr(evaluation, "run_eval", spy)
+    pocket = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=2)
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=16)
+    timings, identical = run_eval_bench(pocket, task, problems, Sweep(["lossless"]).points(), settings, [1, 2],
+                                        str(tmp_path), repeats=3)
+    assert order == [1, 2, 2, 1, 1, 2] and identical
+    assert [t.batch_size for t in timings] == [1, 2] and all(t.problems == 2 and t.cpu_s > 0 for t in timings)
+    assert len(list(tmp_path.iterdir())) == 6

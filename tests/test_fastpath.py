@@ -326,3 +326,5 @@ def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-1", "batch-3"]
     assert main(["bench", "eval", "--batch-sizes", "1,x"]) == 2
     assert "--batch-sizes" in capsys.readouterr().err
+    assert main(["bench", "eval", "--repeats", "0"]) == 2
+    assert "--repeats" in capsys.readouterr().err

@@ -4,6 +4,8 @@ Each batch size runs the same :func:`judgekit.evaluation.run_eval` (decode, grad
 directory; the report gives aggregate new tokens per second (wall and, on CPU, process CPU time, which does not
 count other processes' load) and the ratio to the first batch size, and checks that greedy records are equal.
 A warm-up decode first, so no batch size pays one-time costs (allocations, lazy imports) for the others.
+With ``repeats`` > 1 the batch sizes run in alternating order round after round (so a slow spell of a shared
+machine falls on all of them) and each one's median time is reported.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class EvalTiming:
 
 
 def run_eval_bench(pair, task, problems, points, settings, batch_sizes: list[int],
-                   out_root: str | None = None) -> tuple[list[EvalTiming], bool]:
+                   out_root: str | None = None, repeats: int = 1) -> tuple[list[EvalTiming], bool]:
     """Time run_eval at each batch size; returns the timings and whether the greedy records agree."""
     from judgekit.decoding import SpeculativeDecoder
     from judgekit.evaluation import run_eval
@@ -45,17 +47,25 @@ def run_eval_bench(pair, task, problems, points, settings, batch_sizes: list[int
     warm = SpeculativeDecoder(pair, make_rule("lossless"), points[0].block_size)
     warm_ids = encode_prompt(pair.tokenizer, task.build_prompt(problems[0], pair.tokenizer))
     warm.generate_batch([warm_ids] * 2, max_new_tokens=8, batch_size=2)
-    timings, records = [], []
-    for bs in batch_sizes:
-        out = root / f"batch-{bs}"
-        wall, cpu = time.perf_counter(), time.process_time()
-        run_eval(pair, task, problems, points, settings, str(out), flush_every=max(16, bs), batch_size=bs)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        rows = read_records(out).to_pylist()
-        timings.append(EvalTiming(bs, sum(r["new_tokens"] for r in rows), wall, cpu,
-                                  sum(r["correct"] for r in rows), len(rows)))
-        records.append({(r["point"], r["problem"]): r["completion_ids"] for r in rows
-                        if r["temperature"] == 0})
+    import statistics
+
+    walls: dict[int, list[float]] = {bs: [] for bs in batch_sizes}
+    cpus: dict[int, list[float]] = {bs: [] for bs in batch_sizes}
+    records, last_rows = [], {}
+    for round_ in range(repeats):
+        for bs in (batch_sizes if round_ % 2 == 0 else batch_sizes[::-1]):
+            out = root / (f"batch-{bs}" if repeats == 1 else f"batch-{bs}-run{round_ + 1}")
+            wall, cpu = time.perf_counter(), time.process_time()
+            run_eval(pair, task, problems, points, settings, str(out), flush_every=max(16, bs), batch_size=bs)
+            walls[bs].append(time.perf_counter() - wall)
+            cpus[bs].append(time.process_time() - cpu)
+            rows = read_records(out).to_pylist()
+            last_rows[bs] = rows
+            records.append({(r["point"], r["problem"]): r["completion_ids"] for r in rows
+                            if r["temperature"] == 0})
+    timings = [EvalTiming(bs, sum(r["new_tokens"] for r in last_rows[bs]), statistics.median(walls[bs]),
+                          statistics.median(cpus[bs]), sum(r["correct"] for r in last_rows[bs]), len(last_rows[bs]))
+               for bs in batch_sizes]
     identical = all(r == records[0] for r in records[1:])
     return timings, identical
 

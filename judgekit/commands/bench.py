@@ -102,6 +102,8 @@ def run_eval_bench_cmd(args) -> int:
         sizes = []
     if not sizes or min(sizes) < 1:
         raise JudgekitError(f"--batch-sizes must be a comma list of integers >= 1, got {args.batch_sizes!r}")
+    if args.repeats < 1:
+        raise JudgekitError(f"--repeats must be >= 1, got {args.repeats}")
     task = get_task(args.task)
     problems = task.load(args.split, limit=args.problems, data_file=args.data_file)
     if not problems:
@@ -110,10 +112,11 @@ def run_eval_bench_cmd(args) -> int:
     points = Sweep(args.rule, temperatures=[args.temperature], block_sizes=[args.block_size]).points()
     settings = EvalSettings(args.task, args.target, args.draft, args.split, args.data_file, args.problems,
                             args.max_new_tokens)
-    timings, identical = run_eval_bench(pair, task, problems, points, settings, sizes, args.out)
+    timings, identical = run_eval_bench(pair, task, problems, points, settings, sizes, args.out, args.repeats)
     title = (f"judgekit eval throughput: {args.task} ({len(problems)} problems x {len(points)} points), "
              f"{args.target} / {args.draft} on {pair.device}, gamma={args.block_size}, T={args.temperature:g}, "
-             f"max_new_tokens={args.max_new_tokens}")
+             f"max_new_tokens={args.max_new_tokens}"
+             + (f", median of {args.repeats} alternating runs" if args.repeats > 1 else ""))
     print(format_eval_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical or args.temperature > 0 else 1
 
@@ -172,6 +175,8 @@ def register(sub) -> None:
     e.add_argument("--block-size", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=256)
     e.add_argument("--batch-sizes", default="1,16", help="comma list; ratios are against the first")
+    e.add_argument("--repeats", type=int, default=1,
+                   help="rounds of all batch sizes, in alternating order; medians are reported")
     e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
     e.add_argument("--threads", type=int, help="CPU threads for torch")
     e.set_defaults(func=run_eval_bench_cmd)

@@ -205,6 +205,8 @@ class SpeculativeDecoder:
         self._fast = _fast_models(pair, fast, compile)
         self._step = None  # the fast path's step forwards, when they replay CUDA graphs
         if cuda_graphs:
+            if compile:
+                raise JudgekitError("use either compile or cuda_graphs: a graph captures the plain forward")
             if self._fast is None or pair.device.type != "cuda":
                 raise JudgekitError("CUDA graphs need the fast path on a CUDA device")
             from judgekit.cudagraphs import GraphedLM

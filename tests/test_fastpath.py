@@ -298,6 +298,8 @@ def test_static_form_of_the_graphed_step_equals_the_dynamic_forward(pair, rule_n
 def test_cuda_graphs_need_a_cuda_device(pair):
     with pytest.raises(JudgekitError, match="CUDA"):
         SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True)
+    with pytest.raises(JudgekitError, match="either compile or cuda_graphs"):
+        SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True, cuda_graphs=True, compile=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

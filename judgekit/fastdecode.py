@@ -4,8 +4,10 @@ Every step, for all active sequences at once: k draft forwards (the first reads 
 tokens, the rest one token), one target forward over ``[last token, d_1 .. d_k]``, the rule applied to the
 B x k block (:func:`judgekit.verify.verify_batch`), and one host sync to read the accepted lengths, emitted
 tokens and drafts. Each row then advances by its own accepted length: rollback is only a per-row length
-(the next write position) — the static caches are never cropped or copied, except that finished rows
-leave the batch.
+(the next write position) — the static caches are never cropped or copied. A finished row takes the next
+waiting prompt (the prefills of all rows refilled in a step run as one forward per model); rows leave the
+batch only when no prompt waits. A target+draft judge also gets the draft's final hidden state at each
+drafted position, as the eager path gives it.
 
 Cache invariant, per row: the target cache holds the committed sequence but its last token; the draft cache
 holds it but its last ``d_unread`` (1 or 2) tokens. A batch's k is the largest per-row draft length

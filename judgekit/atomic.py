@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,12 +36,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, rank: int = 0) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, durably."""
+def _atomic_write(path: Path, write: Callable[[Any], None], rank: int) -> None:
+    """``write(file)`` into a temporary file, fsync, rename over ``path``, fsync the directory: readers see
+    the old file or the whole new one, durably."""
     tmp = temp_path(path, rank)
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -49,6 +50,11 @@ def atomic_write_bytes(path: Path, data: bytes, rank: int = 0) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, rank: int = 0) -> None:
+    """Write ``data`` to ``path`` atomically and durably."""
+    _atomic_write(path, lambda f: f.write(data), rank)
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
@@ -59,14 +65,4 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
 
 def atomic_write_table(path: Path, table: pa.Table, rank: int = 0) -> None:
     """:func:`atomic_write_bytes` for a Parquet table, written with :func:`parquet_options`."""
-    tmp = temp_path(path, rank)
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, **parquet_options(table.schema))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    _atomic_write(path, lambda f: pq.write_table(table, f, **parquet_options(table.schema)), rank)

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.atomic import fsync_dir, parquet_options, temp_path
+from judgekit.atomic import atomic_write_table, fsync_dir, parquet_options, temp_path
 from judgekit.errors import JudgekitError
 from judgekit.store import (
     META_COMPACT,
@@ -195,17 +195,7 @@ def compact_dir(out_dir: str | Path, *, row_group_bytes: int = ROW_GROUP_BYTES, 
                 "run_compact_s": round(run_s, 3)}
         probs = probs.replace_schema_metadata({**schema.metadata, META_COMPACT: json.dumps(info).encode()})
         marker = out_dir / compact_name(PROBLEMS, gen)
-        tmp = temp_path(marker, _COMPACTOR_RANK)
-        try:
-            with open(tmp, "wb") as f:
-                pq.write_table(probs, f, **parquet_options(probs.schema))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, marker)  # the commit point of the compaction
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_dir(out_dir)
+        atomic_write_table(marker, probs, _COMPACTOR_RANK)  # the commit point of the compaction
         _remove_leftovers(out_dir)  # the replaced commits, now obsolete
         return CompactResult(len(commits), before, _data_files(out_dir), n_mismatches, probs.num_rows,
                              time.monotonic() - start)

@@ -64,11 +64,10 @@ def run_decode(args) -> int:
     return 0 if identical else 1
 
 
-def run_mine(args) -> int:
+def _task_problems_pair(args):
+    """(task, problems, pair) of `bench mine` / `bench eval`, with torch's threads set first."""
     import torch
 
-    from judgekit.benchmarks import format_mine_report, run_mine_bench
-    from judgekit.mining import MineConfig
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
 
@@ -78,7 +77,14 @@ def run_mine(args) -> int:
     problems = task.load(args.split, limit=args.problems, data_file=args.data_file)
     if not problems:
         raise JudgekitError(f"task {args.task!r} has no problems in split {args.split!r}")
-    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    return task, problems, load_model_pair(args.target, args.draft, args.device, args.dtype)
+
+
+def run_mine(args) -> int:
+    from judgekit.benchmarks import format_mine_report, run_mine_bench
+    from judgekit.mining import MineConfig
+
+    task, problems, pair = _task_problems_pair(args)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens)
     report = run_mine_bench(pair, task, problems, cfg, args.batch_size)
     print(format_mine_report(report, f"mining {args.task} ({args.split}) with {args.target} / {args.draft} on "
@@ -87,15 +93,9 @@ def run_mine(args) -> int:
 
 
 def run_eval_bench_cmd(args) -> int:
-    import torch
-
     from judgekit.benchmarks.eval import format_eval_report, run_eval_bench
     from judgekit.evaluation import EvalSettings, Sweep
-    from judgekit.models import load_model_pair
-    from judgekit.tasks import get_task
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
         sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
     except ValueError:
@@ -104,11 +104,7 @@ def run_eval_bench_cmd(args) -> int:
         raise JudgekitError(f"--batch-sizes must be a comma list of integers >= 1, got {args.batch_sizes!r}")
     if args.repeats < 1:
         raise JudgekitError(f"--repeats must be >= 1, got {args.repeats}")
-    task = get_task(args.task)
-    problems = task.load(args.split, limit=args.problems, data_file=args.data_file)
-    if not problems:
-        raise JudgekitError(f"task {args.task!r} has no problems in split {args.split!r}")
-    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    task, problems, pair = _task_problems_pair(args)
     points = Sweep(args.rule, temperatures=[args.temperature], block_sizes=[args.block_size]).points()
     settings = EvalSettings(args.task, args.target, args.draft, args.split, args.data_file, args.problems,
                             args.max_new_tokens)
@@ -119,6 +115,16 @@ def run_eval_bench_cmd(args) -> int:
              + (f", median of {args.repeats} alternating runs" if args.repeats > 1 else ""))
     print(format_eval_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical or args.temperature > 0 else 1
+
+
+def _add_task_args(p, split: str, problems: int) -> None:
+    """The task, pair and problems `bench mine` and `bench eval` share (the pocket pair by default)."""
+    p.add_argument("--task", default="pocket-math")
+    add_model_args(p, required=False, target="pocket-target", draft="pocket-draft")
+    p.add_argument("--split", default=split)
+    p.add_argument("--data-file")
+    p.add_argument("--problems", type=int, default=problems)
+    p.add_argument("--threads", type=int, help="CPU threads for torch")
 
 
 def register(sub) -> None:
@@ -152,24 +158,15 @@ def register(sub) -> None:
                                          "reimplementation of the reference procedure (full re-forward, rollouts "
                                          "to EOS/max_new_tokens, batch 1); prints label agreement and the "
                                          "wall-time ratio.")
-    m.add_argument("--task", default="pocket-math")
-    add_model_args(m, required=False, target="pocket-target", draft="pocket-draft")
-    m.add_argument("--split", default="train")
-    m.add_argument("--data-file")
-    m.add_argument("--problems", type=int, default=8)
+    _add_task_args(m, split="train", problems=8)
     m.add_argument("--max-new-tokens", type=int, default=256)
     m.add_argument("--batch-size", type=int, default=8, help="problems judgekit's miner advances together")
-    m.add_argument("--threads", type=int, help="CPU threads for torch")
     m.set_defaults(func=run_mine)
     e = bench_sub.add_parser("eval", help="`judgekit eval` throughput at several batch sizes",
                              description="Runs the same evaluation (decode, grade, record) at each batch size in "
                                          "one process and prints aggregate tokens/s, the ratio to the first "
                                          "batch size, and whether the greedy records are identical.")
-    e.add_argument("--task", default="pocket-math")
-    add_model_args(e, required=False, target="pocket-target", draft="pocket-draft")
-    e.add_argument("--split", default="test")
-    e.add_argument("--data-file")
-    e.add_argument("--problems", type=int, default=64)
+    _add_task_args(e, split="test", problems=64)
     e.add_argument("--rule", nargs="+", default=["lossless"], help="rules to evaluate (default parameters)")
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--block-size", type=int, default=8)
@@ -178,6 +175,5 @@ def register(sub) -> None:
     e.add_argument("--repeats", type=int, default=1,
                    help="rounds of all batch sizes, in alternating order; medians are reported")
     e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
-    e.add_argument("--threads", type=int, help="CPU threads for torch")
     e.set_defaults(func=run_eval_bench_cmd)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -11,23 +11,11 @@ import math
 import os
 from pathlib import Path
 
-from judgekit.commands._args import add_model_args
+from judgekit.commands._args import add_model_args, comma_list
 from judgekit.errors import JudgekitError
 
 DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
                  "typical", "eta"]
-
-
-def _floats(flag: str):
-    def parse(text: str) -> list[float]:
-        try:
-            values = [float(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} takes a comma list of numbers, got {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"{flag} is empty")
-        return values
-    return parse
 
 
 def register(sub) -> None:
@@ -38,7 +26,7 @@ def register(sub) -> None:
     src.add_argument("--family", default="zipf", choices=["zipf", "dirichlet"], help="synthetic p family")
     src.add_argument("--pairs", type=int, default=200, help="synthetic pairs per noise level")
     src.add_argument("--vocab", type=int, default=200, help="synthetic vocabulary size")
-    src.add_argument("--noise", type=_floats("--noise"), default=[0.5, 1.0, 2.0],
+    src.add_argument("--noise", type=comma_list(float), default=[0.5, 1.0, 2.0],
                      help="std of the Gaussian logit noise turning p into q (comma list: one family each)")
     src.add_argument("--sharpness", type=float, default=1.0,
                      help="q = softmax(sharpness * log p + noise): > 1 gives an over-confident draft")
@@ -52,17 +40,17 @@ def register(sub) -> None:
     src.add_argument("--max-new-tokens", type=int, default=128)
     rules = p.add_argument_group("rules and their parameters (comma lists sweep)")
     rules.add_argument("--rule", nargs="+", default=DEFAULT_RULES, metavar="NAME", help="rules to analyse")
-    rules.add_argument("--lenience", type=_floats("--lenience"), default=[0.2, 0.5, 0.8])
-    rules.add_argument("--lam", type=_floats("--lam"), default=[0.2, 0.5, 0.8])
-    rules.add_argument("--fuzzy-threshold", type=_floats("--fuzzy-threshold"), default=[0.1, 0.5])
+    rules.add_argument("--lenience", type=comma_list(float), default=[0.2, 0.5, 0.8])
+    rules.add_argument("--lam", type=comma_list(float), default=[0.2, 0.5, 0.8])
+    rules.add_argument("--fuzzy-threshold", type=comma_list(float), default=[0.1, 0.5])
     rules.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"])
-    rules.add_argument("--p-base", type=_floats("--p-base"), default=[0.1, 0.3])
-    rules.add_argument("--epsilon", type=_floats("--epsilon"), default=[0.0009, 0.009])
-    rules.add_argument("--delta", type=_floats("--delta"), default=[0.03])
+    rules.add_argument("--p-base", type=comma_list(float), default=[0.1, 0.3])
+    rules.add_argument("--epsilon", type=comma_list(float), default=[0.0009, 0.009])
+    rules.add_argument("--delta", type=comma_list(float), default=[0.03])
     lemma = p.add_argument_group("Lemma 1 sweep (min-p over p_base, eta over epsilon)")
-    lemma.add_argument("--sweep-p-base", type=_floats("--sweep-p-base"),
+    lemma.add_argument("--sweep-p-base", type=comma_list(float),
                        default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
-    lemma.add_argument("--sweep-epsilon", type=_floats("--sweep-epsilon"),
+    lemma.add_argument("--sweep-epsilon", type=comma_list(float),
                        default=[0.0003, 0.0009, 0.003, 0.009, 0.03, 0.09])
     lemma.add_argument("--sweep-delta", type=float,
                        help="eta's delta in the sweep (default sqrt(epsilon), Hewitt et al.'s choice)")

@@ -13,9 +13,8 @@ read yet (at least the last one); the next forward feeds exactly the unread suff
 
 from __future__ import annotations
 
-import weakref
-
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 
 import torch

@@ -278,6 +278,28 @@ def point_record(task: Task, problem: Problem, point: EvalPoint, gen) -> dict:
             "accept_hist": s.accept_hist, "wall_time": s.wall_time}
 
 
+class _Grading:
+    """Records being graded on worker threads; committed every ``flush_every`` of them as they are ready."""
+
+    def __init__(self, writer, flush_every: int):
+        self.writer, self.flush_every = writer, flush_every
+        self.pending: list = []  # futures of records not yet written
+        self.correct = 0
+
+    def add(self, future) -> None:
+        self.pending.append(future)
+        self.commit(wait_all=False)
+
+    def commit(self, wait_all: bool) -> None:
+        """Write the graded records once flush_every are ready (all of them, waiting, with ``wait_all``)."""
+        ready = list(self.pending) if wait_all else [f for f in self.pending if f.done()]
+        if len(ready) >= self.flush_every or (wait_all and ready):
+            rows = [f.result() for f in ready]
+            self.writer.write(rows)
+            self.correct += sum(r["correct"] for r in rows)
+            self.pending = [f for f in self.pending if f not in ready]
+
+
 def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
              settings: EvalSettings, out_dir: str, rank: int = 0, world_size: int = 1, flush_every: int = 16,
              progress=None, batch_size: int = 1, grade_workers: int = 4) -> dict:
@@ -317,30 +339,18 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
                 if qi not in prompts:
                     prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
                         problems[qi], pair.tokenizer, chat_template=settings.chat_template))
-            grading: list = []  # futures of records not yet written
-            correct = [0]
-
-            def commit(wait_all: bool) -> None:
-                """Write the graded records, every flush_every of them (all of them at the end of the point)."""
-                ready = [f for f in grading if f.done()] if not wait_all else list(grading)
-                if len(ready) >= flush_every or (wait_all and ready):
-                    rows = [f.result() for f in ready]
-                    writer.write(rows)
-                    correct[0] += sum(r["correct"] for r in rows)
-                    grading[:] = [f for f in grading if f not in ready]
-
-            def finished(i: int, gen, point=point, qis=qis, grading=grading, commit=commit) -> None:
-                grading.append(pool.submit(point_record, task, problems[qis[i]], point, gen))
-                commit(False)
-
+            grading = _Grading(writer, flush_every)
             seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
-            # All of the point's problems in one call: finished rows are refilled (continuous batching).
-            decoder.generate_batch([prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings,
-                                   seeds, batch_size=batch_size, on_finish=finished)
-            commit(True)
+            # All of the point's problems in one call: finished rows are refilled (continuous batching), and
+            # each finished problem is graded on the pool while the rest decode.
+            decoder.generate_batch(
+                [prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings, seeds,
+                batch_size=batch_size,
+                on_finish=lambda i, gen: grading.add(pool.submit(point_record, task, problems[qis[i]], point, gen)))
+            grading.commit(wait_all=True)
             if progress:
                 progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} "
-                         f"gamma={point.block_size} seed={point.seed}: {correct[0]}/{len(qis)} correct "
+                         f"gamma={point.block_size} seed={point.seed}: {grading.correct}/{len(qis)} correct "
                          f"({_time.perf_counter() - start:.1f}s)")
     return {"pairs": len(pairs), "mine": len(mine), "evaluated": len(todo), "skipped": len(mine) - len(todo)}
 

@@ -90,7 +90,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
             on_finish(j, results[j])
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
     # Decoding steps may replay CUDA graphs (judgekit.cudagraphs); prefills always run the plain forward.
-    t_step, d_step = getattr(decoder, "_step", None) or (target, draft)
+    t_step, d_step = decoder._step or (target, draft)
     d_layer = -1 if decoder.need_draft_hidden else None  # a target+draft judge reads the draft's final state
     start = time.perf_counter()
     _prefill(target, draft, (t_cache, d_cache), [seqs[j] for j in active], dev)

@@ -158,3 +158,23 @@ def feed_results(commons: list[int], new: list[list[int]], preds_host: list[list
             hidden = {layer: h[i, :n] if all_positions else h[i] for layer, h in hidden_host.items()}
         results.append(FeedResult(c, argmax, hidden))
     return results
+
+
+class ModelRows:
+    """The per-problem KV state of one model on the transformers path: each problem gets its own
+    :class:`RowCache`, and :meth:`feed` is :func:`feed`. :class:`judgekit.fastfeed.FastRows` is the same
+    interface on the fast path's static cache, so the miner drives either without knowing which."""
+
+    def __init__(self, model, vocab: int):
+        self.model, self.vocab = model, vocab
+
+    def acquire(self) -> RowCache:
+        return RowCache()
+
+    def release(self, row: RowCache) -> None:
+        pass
+
+    def feed(self, rows: list[RowCache], seqs: list[list[int]], *, all_positions: bool = False,
+             hidden_layers: tuple[int, ...] = ()) -> list[FeedResult]:
+        return feed(self.model, rows, seqs, self.vocab, all_positions=all_positions, hidden_layers=hidden_layers)
+

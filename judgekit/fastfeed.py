@@ -19,8 +19,8 @@ from judgekit.fastmodel import FastLM
 class FastRows:
     """``slots`` cache rows of one model; :meth:`acquire` a row per problem, :meth:`release` it when done."""
 
-    def __init__(self, lm: FastLM, slots: int, max_len: int = 512):
-        self.lm = lm
+    def __init__(self, lm: FastLM, vocab: int, slots: int, max_len: int = 512):
+        self.lm, self.vocab = lm, vocab
         self.cache = lm.new_cache(slots, max_len)
         self.ids: list[list[int]] = [[] for _ in range(slots)]
         self._free = list(range(slots))
@@ -43,7 +43,7 @@ class FastRows:
         self.cache = new
 
     @torch.inference_mode()
-    def feed(self, rows: list[int], seqs: list[list[int]], vocab: int, *, all_positions: bool = False,
+    def feed(self, rows: list[int], seqs: list[list[int]], *, all_positions: bool = False,
              hidden_layers: tuple[int, ...] = ()) -> list[FeedResult]:
         """As :func:`judgekit.batching.feed`, for the problems holding ``rows``."""
         dev = self.lm.device
@@ -69,7 +69,7 @@ class FastRows:
             cols = None if all_positions else torch.tensor(last, device=dev)[:, None]
             logits, states = self.lm.forward(ids, torch.tensor(commons, device=dev), self.cache, need,
                                              logit_cols=cols, hidden_layer=layers, cache_rows=cache_rows)
-        preds_host = logits[..., :vocab].argmax(-1).tolist()  # the one host sync of the step
+        preds_host = logits[..., :self.vocab].argmax(-1).tolist()  # the one host sync of the step
         for row, seq in zip(rows, seqs):
             self.ids[row] = list(seq)
         return feed_results(commons, new, preds_host, dict(zip(layers or (), states or ())),

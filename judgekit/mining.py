@@ -38,7 +38,7 @@ from typing import Any, Generator, Iterator
 
 import numpy as np
 
-from judgekit.batching import RowCache, feed
+from judgekit.batching import ModelRows, RowCache
 from judgekit.decoding import eos_ids
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task
@@ -146,7 +146,7 @@ class _Slot:
     """A problem being mined: its coroutine, its models' row caches, its pending request, its scoring job."""
 
     steps: Generator
-    caches: dict[str, RowCache | int]  # per model: its own cache, or its row of the fast path's cache
+    caches: dict[str, RowCache | int]  # per model: its row (a RowCache, or a row of the fast path's cache)
     request: _Feed | _Score
     scoring: Future | None = None
 
@@ -156,7 +156,8 @@ class Miner:
 
     The algorithm is written once, as a coroutine per problem that yields forward requests (:class:`_Feed`);
     a scheduler runs the pending requests of up to ``batch_size`` problems as one batched forward per
-    model (:func:`judgekit.batching.feed`), so batch size 1 and batch size B share every line of the logic.
+    model (:class:`judgekit.batching.ModelRows`, or :class:`judgekit.fastfeed.FastRows` on the fast path), so
+    batch size 1 and batch size B share every line of the logic.
     """
 
     def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None, batch_size: int = 1,
@@ -213,21 +214,22 @@ class Miner:
 
     def _run(self, pending: Iterator[Problem], pool: ThreadPoolExecutor) -> Iterator[ProblemResult]:
         active: list[_Slot] = []
-        rows = None
+        vocab = self.pair.vocab_size
         if self._fast is not None:
             from judgekit.fastfeed import FastRows
 
             max_len = 2 * self.cfg.max_new_tokens + 256  # grows if a prompt is longer
-            rows = {name: FastRows(lm, self.batch_size, max_len) for name, lm in zip(("target", "draft"), self._fast)}
+            rows = {name: FastRows(lm, vocab, self.batch_size, max_len)
+                    for name, lm in zip(("target", "draft"), self._fast)}
+        else:
+            rows = {"target": ModelRows(self.pair.target, vocab), "draft": ModelRows(self.pair.draft, vocab)}
 
         def start_next() -> bool:
             problem = next(pending, None)
             if problem is None:
                 return False
             co = self._mine_steps(problem)
-            caches = ({name: r.acquire() for name, r in rows.items()} if rows is not None
-                      else {"target": RowCache(), "draft": RowCache()})
-            active.append(_Slot(co, caches, next(co)))
+            active.append(_Slot(co, {name: r.acquire() for name, r in rows.items()}, next(co)))
             return True
 
         while len(active) < self.batch_size and start_next():
@@ -242,15 +244,9 @@ class Miner:
                 for group in self._groups(active, name):
                     idx = [i for i, _ in group]
                     reqs = [r for _, r in group]
-                    layers = tuple(sorted({l for r in reqs for l in r.hidden_layers}))
-                    caches = [active[i].caches[name] for i in idx]
-                    if rows is not None:
-                        out = rows[name].feed(caches, [r.seq for r in reqs], self.pair.vocab_size,
-                                              all_positions=reqs[0].all_positions, hidden_layers=layers)
-                    else:
-                        model = self.pair.target if name == "target" else self.pair.draft
-                        out = feed(model, caches, [r.seq for r in reqs], self.pair.vocab_size,
-                                   all_positions=reqs[0].all_positions, hidden_layers=layers)
+                    out = rows[name].feed([active[i].caches[name] for i in idx], [r.seq for r in reqs],
+                                          all_positions=reqs[0].all_positions,
+                                          hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
                     replies.update(zip(idx, out))
             futures = [slot.scoring for slot in active if slot.scoring is not None]
             if futures and not replies:  # nothing else to do: wait for a score
@@ -268,9 +264,8 @@ class Miner:
                     slot.request = slot.steps.send(replies[i])
                     still.append(slot)
                 except StopIteration as done:
-                    if rows is not None:
-                        for name, r in rows.items():
-                            r.release(slot.caches[name])
+                    for name, r in rows.items():
+                        r.release(slot.caches[name])
                     yield done.value
             active = still
             while len(active) < self.batch_size and start_next():

@@ -342,7 +342,7 @@ def test_fast_rows_feed_equals_feed_and_grows(pair):
     rng = random.Random(0)
     vocab = pair.vocab_size
     seqs = [[rng.randrange(vocab) for _ in range(n)] for n in (7, 12, 5)]
-    fast = {"target": FastRows(_fast_lm(pair.target, False), 3, max_len=16)}
+    fast = {"target": FastRows(_fast_lm(pair.target, False), vocab, 3, max_len=16)}
     slow = [RowCache() for _ in range(3)]
     rows = [fast["target"].acquire() for _ in range(3)]
     steps = [
@@ -352,7 +352,7 @@ def test_fast_rows_feed_equals_feed_and_grows(pair):
         ([0, 1], [seqs[0][:4] + [9, 10], seqs[1][:3]], False, ()),
     ]
     for idx, want_seqs, all_pos, layers in steps:
-        got = fast["target"].feed([rows[i] for i in idx], want_seqs, vocab, all_positions=all_pos,
+        got = fast["target"].feed([rows[i] for i in idx], want_seqs, all_positions=all_pos,
                                   hidden_layers=layers)
         ref = feed(pair.target, [slow[i] for i in idx], want_seqs, vocab, all_positions=all_pos,
                    hidden_layers=layers)

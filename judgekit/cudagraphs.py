@@ -45,9 +45,6 @@ class GraphedLM:
         self._graphs: dict[tuple, _Graph] = {}
         self._pool = None
 
-    def __getattr__(self, name):  # n_layers, new_cache, dtype, device, config, ...
-        return getattr(self.lm, name)
-
     def static_args(self, ids: Tensor, start: Tensor | int, logit_cols: Tensor | None) -> tuple[Tensor, Tensor]:
         """(start [B], logit columns [B, C]) as device tensors, whatever form the caller gave."""
         B, T = ids.shape

@@ -40,7 +40,7 @@ def main() -> int:
         return 2
     from judgekit.benchmarks import (format_mine_report, format_report, run_decode_bench, run_mine_bench,
                                      synthetic_pair)
-    from judgekit.mining import MineConfig
+    from judgekit.mine.miner import MineConfig
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from judgekit.store import RunSettings, ShardWriter
+from judgekit.store.mined import RunSettings, ShardWriter
 
 
 def write_mined(out: str | Path, task: str, n_problems: int, *, per_problem: tuple[int, int] = (1, 4),

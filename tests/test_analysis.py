@@ -1,4 +1,4 @@
-"""Tests of judgekit.analysis and `judgekit analyze` (docs/design.md §2).
+"""Tests of judgekit.evaluate.analysis and `judgekit analyze` (docs/design.md §2).
 
 The central test works one 4-token (p, q) pair through by hand: every number below is written as the
 arithmetic a person does on paper, from the paper's equations, not from judgekit's code.
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from judgekit import analysis
+from judgekit.evaluate import analysis
 from judgekit.cli import main
-from judgekit.rules import RuleContext, make_rule
+from judgekit.decode.rules import RuleContext, make_rule
 
 torch.set_num_threads(1)
 

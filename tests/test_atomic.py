@@ -1,4 +1,4 @@
-"""judgekit.atomic: a failed write leaves the old file and no temporary behind; Parquet goes out checksummed."""
+"""judgekit.store.atomic: a failed write leaves the old file and no temporary behind; Parquet goes out checksummed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from judgekit.atomic import atomic_write_bytes, atomic_write_table
+from judgekit.store.atomic import atomic_write_bytes, atomic_write_table
 
 
 def test_a_write_replaces_the_whole_file(tmp_path):

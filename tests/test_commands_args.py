@@ -84,7 +84,7 @@ def test_generate_reads_the_judge_once(tmp_path, monkeypatch, capsys):
     import safetensors.torch
     import torch
 
-    from judgekit.judge import WEIGHTS_NAME, LinearJudge
+    from judgekit.judge.head import WEIGHTS_NAME, LinearJudge
     from judgekit.models import load_model_pair
 
     pair = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")

@@ -7,10 +7,11 @@ import pytest
 import torch
 from stat_checks import gof_sparse
 
-from judgekit.decoding import SamplingConfig, SpeculativeDecoder, to_probs
+from judgekit.decode.decoder import SpeculativeDecoder
+from judgekit.decode.sampling import SamplingConfig, to_probs
 from judgekit.errors import JudgekitError
 from judgekit.models import encode_prompt, format_prompt
-from judgekit.rules import RuleContext, make_rule
+from judgekit.decode.rules import RuleContext, make_rule
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown", "Speculative decoding"]
 
@@ -255,7 +256,7 @@ def test_bad_decoder_parameters(pair):
 
 
 def test_to_probs_transforms():
-    from judgekit.decoding import to_probs
+    from judgekit.decode.sampling import to_probs
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     greedy, shape = to_probs(logits, SamplingConfig(0.0), need_shape=True)

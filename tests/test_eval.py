@@ -13,10 +13,12 @@ import torch
 
 from judgekit.cli import main
 from judgekit.errors import JudgekitError
-from judgekit.evaluation import EvalSettings, Sweep, run_eval, summarize, wilson
-from judgekit.judge import LinearJudge
+from judgekit.evaluate.sweep import EvalSettings, Sweep
+from judgekit.evaluate.summary import summarize, wilson
+from judgekit.evaluate.run import run_eval
+from judgekit.judge.head import LinearJudge
 from judgekit.models import encode_prompt, load_model_pair
-from judgekit.records import read_records
+from judgekit.store.records import read_records
 from judgekit.tasks import get_task
 
 ROOT = Path(__file__).resolve().parent.parent

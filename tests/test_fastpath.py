@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from judgekit.benchmarks.synthetic import save_tiny_pair, tiny_model
-from judgekit.decoding import SamplingConfig, SpeculativeDecoder
+from judgekit.decode.decoder import SpeculativeDecoder
+from judgekit.decode.sampling import SamplingConfig
 from judgekit.errors import JudgekitError
-from judgekit.fastmodel import FastLM, fast_unsupported
+from judgekit.decode.fastmodel import FastLM, fast_unsupported
 from judgekit.models import ModelPair, encode_prompt, format_prompt, load_model_pair
-from judgekit.rules import RULES, RuleContext, make_rule
-from judgekit.rules import verify_block as rules_verify_block
-from judgekit.verify import verify_batch, verify_block
+from judgekit.decode.rules import RULES, RuleContext, make_rule
+from judgekit.decode.rules import verify_block as rules_verify_block
+from judgekit.decode.verify import verify_batch, verify_block
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "Speculative decoding",
            "0 1 2", "Tom"]
@@ -234,7 +235,7 @@ def test_bench_decode_rejects_a_bad_batch_size(capsys):
 
 
 def test_evaluation_at_batch_size_equals_batch_one():
-    from judgekit.evaluation import evaluate_rule
+    from judgekit.evaluate.run import evaluate_rule
     from judgekit.tasks import get_task
 
     pocket = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
@@ -269,7 +270,7 @@ def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_up
 def _static_form(dec):
     """Run a decoder's steps in the static form CUDA graphs capture (whole-cache attention, tensor positions),
     without capturing: the same forward a graph replays, checkable on a CPU."""
-    from judgekit.cudagraphs import GraphedLM
+    from judgekit.decode.cudagraphs import GraphedLM
 
     dec._step = (GraphedLM(dec._fast[0], capture=False), GraphedLM(dec._fast[1], capture=False))
     return dec

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from judgekit.errors import JudgekitError
-from judgekit.judge import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
+from judgekit.judge.head import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
 
 
 def _judge(hidden: int, seed: int = 0) -> LinearJudge:

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from judgekit.cli import main
-from judgekit.evaluation import evaluate_rule
-from judgekit.judge import LinearJudge, load_judge
+from judgekit.evaluate.run import evaluate_rule
+from judgekit.judge.head import LinearJudge, load_judge
 from judgekit.models import encode_prompt, format_prompt, load_model_pair
 from judgekit.pocket import POCKET_DIR
-from judgekit.rules import make_rule
+from judgekit.decode.rules import make_rule
 from judgekit.tasks import get_task
 
 pytestmark = pytest.mark.skipif(not (POCKET_DIR / "target" / "model.safetensors").exists(),
@@ -96,7 +96,7 @@ def test_fast_and_eager_paths_feed_the_judge_the_same_features(pair, tmp_path, c
     """The static-cache fast path (batched too) passes the judge the same target and draft states as the eager
     transformers path: first-step features match the models' own states on both, and a judge that really
     decides (random weights) gives the same greedy outputs and acceptances on both paths and at any batch."""
-    from judgekit.decoding import SpeculativeDecoder
+    from judgekit.decode.decoder import SpeculativeDecoder
 
     judge = load_judge(_keep_all_judge(tmp_path / "j", pair, layer=2, features=features))
     task = get_task("pocket-math")

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from judgekit.cli import main
-from judgekit.export import load_torchscript
-from judgekit.judge import HeadNet, judge_from_module, load_judge
+from judgekit.judge.export import load_torchscript
+from judgekit.judge.head import HeadNet, judge_from_module, load_judge
 
 
 def _judge_dir(tmp_path, features="target+draft", head="linear"):

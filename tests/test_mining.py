@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from judgekit.mining import MineConfig, Miner
-from judgekit.mining_reference import ReferenceMiner, label_agreement
-from judgekit.store import read_mismatches, read_problems, validate_dir
+from judgekit.mine.miner import MineConfig, Miner
+from judgekit.mine.reference import ReferenceMiner, label_agreement
+from judgekit.store.mined import read_mismatches, read_problems, validate_dir
 from judgekit.tasks.base import Problem, Task
 
 
@@ -203,7 +203,7 @@ def _data_files(out) -> list[str]:
 
 @pytest.mark.slow  # needs the whole mining run of `uninterrupted`
 def test_completed_run_is_compacted_and_reports_its_wall_time(uninterrupted):
-    from judgekit.store_stats import dir_stats
+    from judgekit.store.stats import dir_stats
 
     _, elapsed, out, stdout = uninterrupted
     # --flush-every 1 committed 10 shard pairs; the completed run rewrote them into one pair.
@@ -256,7 +256,7 @@ def test_scoring_pool_is_shut_down_when_mining_fails(pair):
 
 def test_union_of_pocket_math_and_pocket_code_runs_shares_no_problem_id(pair, tmp_path):
     """Ids are namespaced by task at the source, so two tasks' runs can be pooled and split by problem_id."""
-    from judgekit.mining import mine_to_dir
+    from judgekit.mine.miner import mine_to_dir
     from judgekit.tasks import get_task
 
     owners: dict[str, tuple[str, str]] = {}
@@ -319,7 +319,7 @@ def _same_results(a, b, layers=(-1, 1)):
 
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_fast_path_miner_equals_the_transformers_miner(pair, batch_size):
-    """The static-cache rows (judgekit.fastfeed) give the labels, responses and features of the transformers
+    """The static-cache rows (judgekit.mine.fastrows) give the labels, responses and features of the transformers
     caches, one problem at a time and batched (rows fed as subsets of the cache, and grown past their length)."""
     task, cfg = PrefixTask(), MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True)
     fast = Miner(pair, task, cfg, batch_size=batch_size, fast=True)
@@ -335,9 +335,9 @@ def test_fast_path_miner_equals_the_transformers_miner(pair, batch_size):
 def test_fast_rows_feed_equals_feed_and_grows(pair):
     """FastRows.feed against batching.feed on the same requests: a cold batch, a subset of rows with shared
     prefixes cropped and extended, teacher forcing, and a sequence longer than the initial cache."""
-    from judgekit.batching import RowCache, feed
-    from judgekit.decoding import _fast_lm
-    from judgekit.fastfeed import FastRows
+    from judgekit.mine.rows import RowCache, feed
+    from judgekit.decode.decoder import _fast_lm
+    from judgekit.mine.fastrows import FastRows
 
     rng = random.Random(0)
     vocab = pair.vocab_size

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from judgekit.cli import main
-from judgekit.evaluation import evaluate_rule
-from judgekit.mining import MineConfig, Miner, lookup_draft
+from judgekit.evaluate.run import evaluate_rule
+from judgekit.mine.miner import MineConfig, Miner, lookup_draft
 from judgekit.models import load_model_pair
 from judgekit.pocket import POCKET_DIR
-from judgekit.rules import make_rule
+from judgekit.decode.rules import make_rule
 from judgekit.tasks import get_task
 
 pytestmark = pytest.mark.skipif(not (POCKET_DIR / "target" / "model.safetensors").exists(),

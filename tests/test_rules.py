@@ -1,6 +1,6 @@
-"""Tests of judgekit.rules against the paper (docs/design.md §2).
+"""Tests of judgekit.decode.rules against the paper (docs/design.md §2).
 
-The reference closed forms below are written independently of judgekit.rules, in float64 numpy, straight
+The reference closed forms below are written independently of judgekit.decode.rules, in float64 numpy, straight
 from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 
 * eq. 8  (interpolation / CoS):     P = lam p + (1 - lam) q
@@ -15,7 +15,7 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * appendix A.2 (fuzzy SD):          q where D(p, q) < T, else p
 * lossless:                         p
 
-The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.verify.verify_batch` (all
+The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.decode.verify.verify_batch` (all
 draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as :func:`verify_block` here),
 and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds
 (tests/stat_checks.py), both at a false-alarm level of ALPHA = 1e-6 per check (and all generators are
@@ -39,7 +39,7 @@ import torch
 from stat_checks import ALPHA, chi2_quantile, gof
 
 from judgekit.errors import JudgekitError
-from judgekit.rules import (
+from judgekit.decode.rules import (
     CoS,
     Lenience,
     Lossless,
@@ -51,7 +51,7 @@ from judgekit.rules import (
     minp_set,
     verify_block,
 )
-from judgekit.verify import verify_batch
+from judgekit.decode.verify import verify_batch
 
 torch.set_num_threads(1)
 
@@ -547,8 +547,8 @@ def _batched(t, n):
 
 def emitted_tokens(rule, p_rows, q_row, ctx, n, seed, position=0):
     """n independent k = 1 blocks with x ~ q, decided at once by the batched verifier the decoder runs
-    (:func:`judgekit.verify.verify_batch`; tests/test_fastpath.py checks that it makes the same draws as
-    :func:`judgekit.rules.verify_block`). Returns the emitted token at `position` (0: x if accepted else the
+    (:func:`judgekit.decode.verify.verify_batch`; tests/test_fastpath.py checks that it makes the same draws as
+    :func:`judgekit.decode.rules.verify_block`). Returns the emitted token at `position` (0: x if accepted else the
     residual sample; 1: the bonus token, only defined after an acceptance) and the accepted lengths."""
     p = _t(p_rows)
     q = _t(q_row).unsqueeze(0)
@@ -935,7 +935,7 @@ def test_boundary_parameters_behave_as_their_limits(name, params):
 
 
 def test_divergence_validation_direct():
-    from judgekit.rules import divergence
+    from judgekit.decode.rules import divergence
 
     with pytest.raises(JudgekitError):
         divergence(_t([[0.5, 0.5]]), _t([[0.5, 0.5]]), "hellinger")

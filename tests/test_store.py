@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from judgekit import store
+from judgekit.store import mined as store
 from judgekit.cli import main
 from judgekit.errors import JudgekitError
-from judgekit.store_compact import compact_dir
-from judgekit.store import (
+from judgekit.store.compact import compact_dir
+from judgekit.store.mined import (
     RunSettings,
     ShardWriter,
     mismatch_schema,
@@ -26,7 +26,7 @@ from judgekit.store import (
     read_problems,
     validate_dir,
 )
-from judgekit.store_stats import dir_stats, format_stats
+from judgekit.store.stats import dir_stats, format_stats
 
 H, DH = 8, 4
 

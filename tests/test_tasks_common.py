@@ -9,7 +9,8 @@ import pytest
 
 from judgekit.errors import JudgekitError
 from judgekit.tasks import get_task
-from judgekit.tasks.common import normalize_number, problems_from_file, render_prompt
+from judgekit.tasks.common import normalize_number, render_prompt
+from judgekit.tasks.pocket_common import problems_from_file
 
 
 class ChatTok:

@@ -12,11 +12,11 @@ import pytest
 import torch
 from judge_fixtures import write_mined
 
-from judgekit import judge_data as jd
+from judgekit.judge import data as jd
 from judgekit.cli import main
 from judgekit.errors import JudgekitError
-from judgekit.judge import load_judge
-from judgekit.train_judge import TrainConfig, score, train_one
+from judgekit.judge.head import load_judge
+from judgekit.judge.train import TrainConfig, score, train_one
 
 QUIET = dict(progress=False, accelerator="cpu", devices=1)
 
@@ -249,7 +249,7 @@ def test_mix_sweep_writes_one_judge_per_mix_and_a_summary(two_sources, tmp_path,
 
 
 def test_old_format_judge_loads_as_last_layer_target_only(tmp_path, capsys):
-    from judgekit.judge import LinearJudge
+    from judgekit.judge.head import LinearJudge
 
     LinearJudge(torch.ones(4), torch.tensor(0.0), torch.zeros(4), torch.ones(4), {"target_model": "x"}).save(tmp_path)
     config = json.loads((tmp_path / "judge_config.json").read_text())

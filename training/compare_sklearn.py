@@ -14,8 +14,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
-from judgekit import judge_data as jd
-from judgekit.train_judge import TrainConfig, score, train_one
+from judgekit.judge import data as jd
+from judgekit.judge.train import TrainConfig, score, train_one
 
 
 def main() -> None:

@@ -60,9 +60,9 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
     output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only).
     Returns (timings, identical?)."""
-    from judgekit.decoding import SpeculativeDecoder
-    from judgekit.fastmodel import fast_unsupported
-    from judgekit.rules import make_rule
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.decode.fastmodel import fast_unsupported
+    from judgekit.decode.rules import make_rule
 
     dev = pair.device
     eager = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=False)

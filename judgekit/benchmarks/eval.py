@@ -1,6 +1,6 @@
 """`judgekit bench eval`: evaluation throughput of `judgekit eval` at several batch sizes, in one process.
 
-Each batch size runs the same :func:`judgekit.evaluation.run_eval` (decode, grade, record) into its own
+Each batch size runs the same :func:`judgekit.evaluate.run.run_eval` (decode, grade, record) into its own
 directory; the report gives aggregate new tokens per second (wall and, on CPU, process CPU time, which does not
 count other processes' load) and the ratio to the first batch size, and checks that greedy records are equal.
 A warm-up decode first, so no batch size pays one-time costs (allocations, lazy imports) for the others.
@@ -37,11 +37,11 @@ class EvalTiming:
 def run_eval_bench(pair, task, problems, points, settings, batch_sizes: list[int],
                    out_root: str | None = None, repeats: int = 1) -> tuple[list[EvalTiming], bool]:
     """Time run_eval at each batch size; returns the timings and whether the greedy records agree."""
-    from judgekit.decoding import SpeculativeDecoder
-    from judgekit.evaluation import run_eval
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.evaluate.run import run_eval
     from judgekit.models import encode_prompt
-    from judgekit.records import read_records
-    from judgekit.rules import make_rule
+    from judgekit.store.records import read_records
+    from judgekit.decode.rules import make_rule
 
     root = Path(out_root or tempfile.mkdtemp(prefix="judgekit-bench-eval-"))
     warm = SpeculativeDecoder(pair, make_rule("lossless"), points[0].block_size)

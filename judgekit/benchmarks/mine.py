@@ -1,5 +1,5 @@
 """Mining speed benchmark (`judgekit bench mine`): judgekit's miner against the plain reference procedure
-(:mod:`judgekit.mining_reference`) on the same problems; label agreement and the time ratio."""
+(:mod:`judgekit.mine.reference`) on the same problems; label agreement and the time ratio."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ def run_mine_bench(pair, task, problems, cfg, batch_size: int = 1) -> dict:
 
     The two alternate chunk by chunk (``batch_size`` problems each), so a change in the load of a shared
     machine falls on both; wall and process CPU time are both summed."""
-    from judgekit.mining import Miner
-    from judgekit.mining_reference import ReferenceMiner, label_agreement
+    from judgekit.mine.miner import Miner
+    from judgekit.mine.reference import ReferenceMiner, label_agreement
 
     ours, ref = [], []
     wall = {"ours": 0.0, "ref": 0.0}

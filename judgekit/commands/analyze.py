@@ -92,8 +92,8 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def run(args) -> int:
     import torch
 
-    from judgekit import analysis
-    from judgekit.atomic import atomic_write_bytes
+    from judgekit.evaluate import analysis
+    from judgekit.store.atomic import atomic_write_bytes
 
     torch.set_num_threads(max(1, args.threads))
     if any(d <= 0 for d in args.delta) or (args.sweep_delta is not None and args.sweep_delta <= 0):

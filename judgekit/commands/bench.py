@@ -82,7 +82,7 @@ def _task_problems_pair(args):
 
 def run_mine(args) -> int:
     from judgekit.benchmarks import format_mine_report, run_mine_bench
-    from judgekit.mining import MineConfig
+    from judgekit.mine.miner import MineConfig
 
     task, problems, pair = _task_problems_pair(args)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens)
@@ -94,7 +94,7 @@ def run_mine(args) -> int:
 
 def run_eval_bench_cmd(args) -> int:
     from judgekit.benchmarks.eval import format_eval_report, run_eval_bench
-    from judgekit.evaluation import EvalSettings, Sweep
+    from judgekit.evaluate.sweep import EvalSettings, Sweep
 
     try:
         sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]

@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _stats(args: argparse.Namespace) -> int:
     # Imported here so that `judgekit --help` does not pay for pyarrow.
-    from judgekit.store import validate_dir
-    from judgekit.store_stats import dir_stats, format_stats
+    from judgekit.store.mined import validate_dir
+    from judgekit.store.stats import dir_stats, format_stats
 
     validate_dir(args.dir)
     stats = dir_stats(args.dir)
@@ -40,7 +40,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from judgekit.store_compact import compact_dir
+    from judgekit.store.compact import compact_dir
 
     res = compact_dir(args.dir)
     if res.commits == 0:

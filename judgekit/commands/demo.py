@@ -30,9 +30,9 @@ def run(args) -> int:
     from judgekit.cli import build_parser
     from judgekit.cli import main as cli_main
     from judgekit.commands import eval as eval_cmd
-    from judgekit.mining import MineConfig, mine_to_dir
+    from judgekit.mine.miner import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
-    from judgekit.store_stats import dir_stats
+    from judgekit.store.stats import dir_stats
     from judgekit.tasks import get_task
 
     try:

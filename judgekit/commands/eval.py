@@ -116,7 +116,7 @@ def resolve(args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def build_points(sweeps: list[dict[str, Any]]):
-    from judgekit.evaluation import RULE_PARAM_KEYS, Sweep
+    from judgekit.evaluate.sweep import RULE_PARAM_KEYS, Sweep
 
     points = []
     for s in sweeps:
@@ -131,9 +131,9 @@ def build_points(sweeps: list[dict[str, Any]]):
 
 def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path]:
     """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
-    from judgekit.evaluation import summary_csv, summary_markdown
-    from judgekit.plots import plot_tradeoff, plot_truncation
-    from judgekit.atomic import atomic_write_bytes
+    from judgekit.evaluate.summary import summary_csv, summary_markdown
+    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
+    from judgekit.store.atomic import atomic_write_bytes
 
     written = []
     for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
@@ -154,8 +154,10 @@ def run(args, pair=None, sweep_filter=None) -> int:
     """The command. `pair` (already loaded, e.g. by `judgekit demo`) must match --target/--draft;
     `sweep_filter` may edit the resolved sweeps (the demo drops the judge rule when no judge could be trained)."""
     from judgekit.commands.mine import distributed_env
-    from judgekit.evaluation import EvalSettings, json_rows, run_eval, summarize, summary_markdown
-    from judgekit.records import read_records
+    from judgekit.evaluate.sweep import EvalSettings
+    from judgekit.evaluate.summary import json_rows, summarize, summary_markdown
+    from judgekit.evaluate.run import run_eval
+    from judgekit.store.records import read_records
     from judgekit.tasks import get_task
 
     settings, sweeps = resolve(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def run(args) -> int:
-    from judgekit.export import export_judge
+    from judgekit.judge.export import export_judge
 
     out = export_judge(args.judge_dir, args.format, args.out)
     print(f"{args.format} judge -> {out}")

@@ -11,10 +11,10 @@ from judgekit.errors import JudgekitError
 def build_rule(args):
     """The rule named on the command line, with its parameters; a judge is loaded here, once.
 
-    Cheap and before the models load, so a bad flag fails fast; :func:`judgekit.judge.bind_rule` then checks
+    Cheap and before the models load, so a bad flag fails fast; :func:`judgekit.judge.head.bind_rule` then checks
     the judge against the loaded pair and moves it to the pair's device.
     """
-    from judgekit.rules import RULES, make_rule
+    from judgekit.decode.rules import RULES, make_rule
 
     if args.rule not in RULES:
         raise JudgekitError(f"unknown rule {args.rule!r}; choose from {', '.join(RULES)}")
@@ -25,8 +25,8 @@ def build_rule(args):
     if args.rule == "judge":
         if not args.judge:
             raise JudgekitError("rule judge needs --judge PATH (a trained judge directory)")
-        from judgekit.evaluation import resolve_threshold
-        from judgekit.judge import load_judge
+        from judgekit.evaluate.sweep import resolve_threshold
+        from judgekit.judge.head import load_judge
 
         judge = load_judge(args.judge)
         params.update(judge=judge, threshold=resolve_threshold(judge, args.judge_threshold))
@@ -34,8 +34,9 @@ def build_rule(args):
 
 
 def run(args) -> int:
-    from judgekit.decoding import SamplingConfig, SpeculativeDecoder
-    from judgekit.judge import bind_rule
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.decode.sampling import SamplingConfig
+    from judgekit.judge.head import bind_rule
     from judgekit.models import load_model_pair
 
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)

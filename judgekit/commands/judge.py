@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def describe(judge_dir: str | Path) -> str:
-    from judgekit.judge import load_judge
-    from judgekit.judge_metrics import format_metrics
+    from judgekit.judge.head import load_judge
+    from judgekit.judge.metrics import format_metrics
 
     path = Path(judge_dir)
     judge = load_judge(path)

@@ -48,7 +48,7 @@ def run(args) -> int:
     started = process_started()
     import torch
 
-    from judgekit.mining import MineConfig, mine_to_dir
+    from judgekit.mine.miner import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
     from judgekit.tasks import get_task
 

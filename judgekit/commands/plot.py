@@ -6,9 +6,9 @@ from pathlib import Path
 
 
 def run(args) -> int:
-    from judgekit.evaluation import summarize
-    from judgekit.plots import plot_tradeoff, plot_truncation
-    from judgekit.records import read_records
+    from judgekit.evaluate.summary import summarize
+    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
+    from judgekit.store.records import read_records
 
     rows = []
     for d in args.dirs:

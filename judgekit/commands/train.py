@@ -13,7 +13,7 @@ def _devices(text: str):
 
 
 def _config(args):
-    from judgekit.train_judge import TrainConfig
+    from judgekit.judge.train import TrainConfig
 
     return TrainConfig(head=args.head, mlp_hidden=args.mlp_hidden, lr=args.lr, weight_decay=args.weight_decay,
                        batch_size=args.batch_size, max_epochs=args.max_epochs, patience=args.patience,
@@ -22,9 +22,8 @@ def _config(args):
 
 
 def run(args) -> int:
-    from judgekit import judge_data as jd
-    from judgekit import train_judge as tj
-
+    from judgekit.judge import data as jd
+    from judgekit.judge import train as tj
     if args.budget is not None and args.budget < 1:
         raise JudgekitError("--budget must be >= 1")
     if args.mix and args.mix_sweep:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from judgekit.errors import JudgekitError
-from judgekit.tasks.base import Problem
 
 # --------------------------------------------------------------------------- data files
 
@@ -99,16 +98,6 @@ def text_field(row: dict[str, Any], key: str, where: str, numbers: bool = False)
         kind = "a non-empty string or a number" if numbers else "a non-empty string"
         raise JudgekitError(f"{where}: field {key!r} must be {kind}, got {shown}")
     return value
-
-
-def problems_from_file(path: str, task: str, limit: int | None) -> list[Problem]:
-    """Problems saved as rows {problem_id, question, reference, meta} (e.g. a fixed copy of a generated
-    pocket split), in any format `read_records` reads."""
-    rows = read_records(path)
-    require_fields(rows, ("problem_id", "question", "reference"), path)
-    return [Problem(task, str(row["problem_id"]), text_field(row, "question", f"{path}: row {i + 1}"),
-                    row["reference"], row.get("meta") or {})
-            for i, row in enumerate(apply_limit(rows, limit))]
 
 
 def load_hub(hub_id: str, config: str | None, split: str) -> list[dict[str, Any]]:

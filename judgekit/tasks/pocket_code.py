@@ -16,9 +16,9 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from judgekit.tasks.pocket_common import Chooser, Style, get_style, split_of, split_rng, stable_hash
+from judgekit.tasks.pocket_common import Chooser, Style, get_style, problems_from_file, split_of, split_rng, stable_hash
 from judgekit.tasks.base import Outcome, Problem
-from judgekit.tasks.common import check_split, problems_from_file
+from judgekit.tasks.common import check_split
 from judgekit.tasks.pocket_math import _EOS_MARKERS, PocketTask
 
 TEST_FRACTION = 0.25

@@ -8,6 +8,9 @@ import random
 from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
+from judgekit.tasks.base import Problem
+from judgekit.tasks.common import apply_limit, read_records, require_fields, text_field
+
 T = TypeVar("T")
 
 
@@ -89,3 +92,13 @@ class Chooser:
 
     def chance(self, habit: str, default: float) -> bool:
         return self.rng is not None and self.rng.random() < self.style.p(habit, default)
+
+
+def problems_from_file(path: str, task: str, limit: int | None) -> list[Problem]:
+    """Problems saved as rows {problem_id, question, reference, meta} (e.g. a fixed copy of a generated
+    pocket split), in any format `read_records` reads."""
+    rows = read_records(path)
+    require_fields(rows, ("problem_id", "question", "reference"), path)
+    return [Problem(task, str(row["problem_id"]), text_field(row, "question", f"{path}: row {i + 1}"),
+                    row["reference"], row.get("meta") or {})
+            for i, row in enumerate(apply_limit(rows, limit))]

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from judgekit.tasks.pocket_common import Chooser, Style, get_style, split_of, split_rng
+from judgekit.tasks.pocket_common import Chooser, Style, get_style, problems_from_file, split_of, split_rng
 from judgekit.tasks.base import Outcome, Problem, Task
-from judgekit.tasks.common import check_split, normalize_number, problems_from_file, render_prompt
+from judgekit.tasks.common import check_split, normalize_number, render_prompt
 
 TEST_FRACTION = 0.2
 DEFAULT_SIZES = {"train": 20000, "test": 500}

@@ -2,7 +2,7 @@
 
 One decoding step drafts k tokens with the draft model (k one-token forwards, tokens stay on the device),
 verifies them with one target forward that also yields the hidden states the judge reads, applies the
-rule to the whole block at once (:func:`judgekit.rules.verify_block`), and syncs with the host exactly once
+rule to the whole block at once (:func:`judgekit.decode.rules.verify_block`), and syncs with the host exactly once
 to learn how many tokens were accepted. Rolling back a cache is a length change (``Cache.crop(-n)`` in
 transformers 5, which for a static cache only moves its write pointer), so a preallocated cache and
 CUDA-graph replay of the draft and verify forwards can be slotted in later without touching this loop.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+
 
 import torch
 from torch import Tensor
@@ -23,121 +23,10 @@ from transformers import DynamicCache
 
 from judgekit.errors import JudgekitError
 from judgekit.models import ModelPair, cache_arg, encode_prompt, format_prompt
-from judgekit.rules import Rule, RuleContext, sample
-from judgekit.verify import verify_block
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int | None = None
-    top_p: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise JudgekitError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise JudgekitError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise JudgekitError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-def to_probs(logits: Tensor, cfg: SamplingConfig, need_shape: bool) -> tuple[Tensor, Tensor | None]:
-    """Rows of sampling probabilities, plus the distribution 'shape' some rules decide on.
-
-    Greedy gives one-hot rows (docs/design.md §2) and, when asked, the temperature-1 softmax as the shape; with
-    sampling the shape is the sampling distribution itself (None: the rule reads p and q directly).
-    """
-    logits = logits.float()
-    if cfg.greedy:
-        probs = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-        return probs, (torch.softmax(logits, -1) if need_shape else None)
-    logits = logits / cfg.temperature
-    if cfg.top_k is not None and cfg.top_k < logits.shape[-1]:
-        kth = logits.topk(cfg.top_k, -1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, -torch.inf)
-    if cfg.top_p is not None and cfg.top_p < 1.0:
-        sorted_logits, order = logits.sort(-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop_sorted = cum - sorted_logits.softmax(-1) >= cfg.top_p  # keep the smallest prefix reaching top_p
-        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -torch.inf)
-    return torch.softmax(logits, -1), None
-
-
-@dataclass
-class GenerationStats:
-    target_calls: int = 0
-    draft_calls: int = 0
-    new_tokens: int = 0
-    wall_time: float = 0.0
-    accept_hist: list[int] = field(default_factory=list)  # accept_hist[n] = steps that accepted n drafts
-
-    @property
-    def block_efficiency(self) -> float:
-        return self.new_tokens / self.target_calls if self.target_calls else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_time if self.wall_time > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "block_efficiency": self.block_efficiency, "tokens_per_s": self.tokens_per_s}
-
-    @staticmethod
-    def merge(stats: list["GenerationStats"]) -> "GenerationStats":
-        width = max((len(s.accept_hist) for s in stats), default=0)
-        hist = [sum(s.accept_hist[i] for s in stats if i < len(s.accept_hist)) for i in range(width)]
-        return GenerationStats(
-            sum(s.target_calls for s in stats), sum(s.draft_calls for s in stats),
-            sum(s.new_tokens for s in stats), sum(s.wall_time for s in stats), hist,
-        )
-
-
-@dataclass
-class Generation:
-    prompt: str
-    text: str
-    token_ids: list[int]  # the completion only
-    stats: GenerationStats
-    finish_reason: str  # "eos", "stop", "length"
-
-    def to_dict(self) -> dict:
-        return {"prompt": self.prompt, "text": self.text, "token_ids": self.token_ids,
-                "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}
-
-
-class _StopScanner:
-    """Finds the first emitted token at which a stop string appears, decoding only a short tail window."""
-
-    def __init__(self, tokenizer, stop_strings: tuple[str, ...]):
-        self.tokenizer = tokenizer
-        self.stops = tuple(s for s in stop_strings if s)
-        self.window = max((len(s) for s in self.stops), default=0) + 8
-
-    def first_hit(self, ids: list[int], start: int) -> int | None:
-        """Index j >= start such that the text of ids[:j+1] contains a stop string (None if no such j)."""
-        if not self.stops:
-            return None
-        for j in range(start, len(ids)):
-            tail = self.tokenizer.decode(ids[max(0, j + 1 - self.window): j + 1])
-            if any(s in tail for s in self.stops):
-                return j
-        return None
-
-
-def eos_ids(pair: ModelPair) -> set[int]:
-    ids: set[int] = set()
-    gen_eos = getattr(pair.target.generation_config, "eos_token_id", None)
-    for value in (gen_eos, pair.tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(int(v) for v in value)
-    return ids
+from judgekit.decode.generation import Generation, GenerationStats, StopScanner, eos_ids
+from judgekit.decode.rules import Rule, RuleContext, sample
+from judgekit.decode.sampling import SamplingConfig, to_probs
+from judgekit.decode.verify import verify_block
 
 
 def judge_features(rule: Rule, hidden_layer: int | None = None) -> tuple[int, bool]:
@@ -152,7 +41,7 @@ def _fast_models(pair: ModelPair, fast: bool | str, compile: bool):
     """(target, draft) fast forwards, or None for the eager transformers path.
 
     "auto" takes the fast path when both models support it; True insists (a clear error otherwise)."""
-    from judgekit.fastmodel import fast_unsupported
+    from judgekit.decode.fastmodel import fast_unsupported
 
     if fast not in (True, False, "auto"):
         raise JudgekitError(f"fast must be True, False or 'auto', got {fast!r}")
@@ -172,7 +61,7 @@ _FAST_LMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _fast_lm(model, compile: bool):
-    from judgekit.fastmodel import FastLM
+    from judgekit.decode.fastmodel import FastLM
 
     # In-place updates of the weights (training, perturbation) bump tensor versions: rebuild then.
     version = (tuple(p.data_ptr() for p in model.parameters()), sum(p._version for p in model.parameters()))
@@ -184,7 +73,7 @@ def _fast_lm(model, compile: bool):
 
 
 class SpeculativeDecoder:
-    """Speculative decoding with any rule of :mod:`judgekit.rules`; prompts are processed one at a time."""
+    """Speculative decoding with any rule of :mod:`judgekit.decode.rules`; prompts are processed one at a time."""
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
                  sampling: SamplingConfig | None = None, hidden_layer: int | None = None,
@@ -208,13 +97,13 @@ class SpeculativeDecoder:
                 raise JudgekitError("use either compile or cuda_graphs: a graph captures the plain forward")
             if self._fast is None or pair.device.type != "cuda":
                 raise JudgekitError("CUDA graphs need the fast path on a CUDA device")
-            from judgekit.cudagraphs import GraphedLM
+            from judgekit.decode.cudagraphs import GraphedLM
 
             self._step = (GraphedLM(self._fast[0]), GraphedLM(self._fast[1]))
 
     @property
     def fast(self) -> bool:
-        """Whether decoding runs on the static-cache fast path (:mod:`judgekit.fastmodel`)."""
+        """Whether decoding runs on the static-cache fast path (:mod:`judgekit.decode.fastmodel`)."""
         return self._fast is not None
 
     def generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int = 128,
@@ -240,7 +129,7 @@ class SpeculativeDecoder:
                 if on_finish is not None:
                     on_finish(i, out[-1])
             return out
-        from judgekit.fastdecode import generate_batch_fast
+        from judgekit.decode.fastdecode import generate_batch_fast
 
         with torch.inference_mode():
             return generate_batch_fast(self, *self._fast, prompt_ids, max_new_tokens, tuple(stop_strings),
@@ -269,7 +158,7 @@ class SpeculativeDecoder:
             raise JudgekitError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         pair, dev = self.pair, self.pair.device
         generator = torch.Generator(device=dev).manual_seed(seed)
-        scanner = _StopScanner(pair.tokenizer, tuple(stop_strings))
+        scanner = StopScanner(pair.tokenizer, tuple(stop_strings))
         stats = GenerationStats(accept_hist=[0] * (self.gamma + 1))
         t_cache = DynamicCache(config=pair.target.config)
         d_cache = DynamicCache(config=pair.draft.config)
@@ -351,7 +240,7 @@ class SpeculativeDecoder:
         hidden = out.hidden_states[self.hidden_layer][0, inp.shape[1] - k:] if self.rule.needs_hidden else None
         return p, p_shape, hidden
 
-    def _finish(self, seq: list[int], n_prompt: int, base: int, scanner: _StopScanner) -> tuple[int | None, str]:
+    def _finish(self, seq: list[int], n_prompt: int, base: int, scanner: StopScanner) -> tuple[int | None, str]:
         """Where to cut the sequence after this step's tokens (EOS or stop string), and why."""
         completion = seq[n_prompt:]
         first_new = base - n_prompt

@@ -2,7 +2,7 @@
 
 :func:`verify_batch` decides B blocks of k drafted tokens at once on the device. Rules are row-wise (each
 position's acceptance and residual read only that position's rows), so the B x k positions are flattened
-into one block of B*k rows and the rule classes of :mod:`judgekit.rules` are used unchanged. Each row b may
+into one block of B*k rows and the rule classes of :mod:`judgekit.decode.rules` are used unchanged. Each row b may
 have its own draft limit ``limit[b] <= k`` (its token budget): positions at or past it are never accepted
 and the token emitted there is the bonus token, exactly as if only ``limit[b]`` tokens had been drafted.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from judgekit.rules import BlockResult, Rule, RuleContext, sample
+from judgekit.decode.rules import BlockResult, Rule, RuleContext, sample
 
 
 def _rows(t: Tensor | None, idx: Tensor) -> Tensor | None:
@@ -100,7 +100,7 @@ def verify_batch(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
 def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
                  generator: torch.Generator | None = None, greedy: bool = False) -> BlockResult:
     """One sequence ([k+1, V] / [k, V] / [k]) through :func:`verify_batch`; the same result type as
-    :func:`judgekit.rules.verify_block`."""
+    :func:`judgekit.decode.rules.verify_block`."""
     up = lambda t: None if t is None else t.unsqueeze(0)  # noqa: E731
     bctx = RuleContext(up(ctx.p_shape), up(ctx.q_shape), up(ctx.hidden), draft_hidden=up(ctx.draft_hidden))
     n, nxt = verify_batch(rule, p.unsqueeze(0), q.unsqueeze(0), x.unsqueeze(0), bctx, None, greedy, generator)

@@ -4,7 +4,7 @@ It does what the official AutoJudge code does: every rollout is transformers' KV
 ``generate`` from the prompt plus the prefix (to EOS, a stop string or max_new_tokens), the draft is
 teacher-forced with one full forward over the whole response for every mismatch, one problem at a time
 (batch 1). It is the fair baseline for ``judgekit bench mine``: what judgekit saves over it is prefix
-reuse across rollouts, early stopping at a fixed outcome, copy-draft verification and batching. Outcomes and the search range follow the same rule as :mod:`judgekit.mining`
+reuse across rollouts, early stopping at a fixed outcome, copy-draft verification and batching. Outcomes and the search range follow the same rule as :mod:`judgekit.mine.miner`
 (outcome read at the point where it is fixed; no mismatches searched after it), so both label the same set.
 """
 
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from judgekit.mining import MismatchRecord, Miner, ProblemResult
+from judgekit.mine.miner import MismatchRecord, Miner, ProblemResult
 from judgekit.models import encode_prompt
 from judgekit.tasks.base import Problem
 

@@ -1,8 +1,8 @@
-"""Batched speculative decoding on the fast path (:mod:`judgekit.fastmodel`), B sequences in lockstep.
+"""Batched speculative decoding on the fast path (:mod:`judgekit.decode.fastmodel`), B sequences in lockstep.
 
 Every step, for all active sequences at once: k draft forwards (the first reads each row's 1-2 unread
 tokens, the rest one token), one target forward over ``[last token, d_1 .. d_k]``, the rule applied to the
-B x k block (:func:`judgekit.verify.verify_batch`), and one host sync to read the accepted lengths, emitted
+B x k block (:func:`judgekit.decode.verify.verify_batch`), and one host sync to read the accepted lengths, emitted
 tokens and drafts. Each row then advances by its own accepted length: rollback is only a per-row length
 (the next write position) — the static caches are never cropped or copied. A finished row takes the next
 waiting prompt (the prefills of all rows refilled in a step run as one forward per model); rows leave the
@@ -22,10 +22,11 @@ import time
 import torch
 from torch import Tensor
 
-from judgekit.decoding import Generation, GenerationStats, _StopScanner, to_probs
-from judgekit.fastmodel import FastLM
-from judgekit.rules import RuleContext, sample
-from judgekit.verify import verify_batch
+from judgekit.decode.generation import Generation, GenerationStats, StopScanner
+from judgekit.decode.sampling import to_probs
+from judgekit.decode.fastmodel import FastLM
+from judgekit.decode.rules import RuleContext, sample
+from judgekit.decode.verify import verify_batch
 
 
 def _pad(rows: list[list[int]], device) -> Tensor:
@@ -67,7 +68,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
     greedy, need_shape = sampling.greedy, decoder.need_shape
     # One generator per sequence, seeded as in batch 1: a sequence's random draws do not depend on its batch.
     generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
-    scanner = _StopScanner(pair.tokenizer, tuple(stop_strings))
+    scanner = StopScanner(pair.tokenizer, tuple(stop_strings))
     B = len(prompts)
     slots = min(batch_size or B, B)
     seqs = [list(p) for p in prompts]
@@ -89,7 +90,7 @@ def generate_batch_fast(decoder, target: FastLM, draft: FastLM, prompts: list[li
         if on_finish is not None:
             on_finish(j, results[j])
     hidden_layer = decoder.hidden_layer if rule.needs_hidden else None
-    # Decoding steps may replay CUDA graphs (judgekit.cudagraphs); prefills always run the plain forward.
+    # Decoding steps may replay CUDA graphs (judgekit.decode.cudagraphs); prefills always run the plain forward.
     t_step, d_step = decoder._step or (target, draft)
     d_layer = -1 if decoder.need_draft_hidden else None  # a target+draft judge reads the draft's final state
     start = time.perf_counter()

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.atomic import atomic_write_bytes, atomic_write_table
+from judgekit.store.atomic import atomic_write_bytes, atomic_write_table
 from judgekit.errors import JudgekitError
 
 SCHEMA_VERSION = 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from judgekit.fastmodel import FastLM, StaticCache
+from judgekit.decode.fastmodel import FastLM, StaticCache
 
 
 @dataclass

@@ -10,7 +10,7 @@ Where judgekit differs from the reference procedure in cost, not in result:
 
 * Each model keeps, per problem, its KV cache and the token ids it holds. A rollout or a teacher-forcing pass
   crops the cache to the longest common prefix with the sequence it needs and feeds only the rest, so the
-  shared prefix is never recomputed (:mod:`judgekit.batching`).
+  shared prefix is never recomputed (:mod:`judgekit.mine.rows`).
 * Independent problems advance together: their pending forwards run as one batched forward per model.
 * A rollout stops as soon as the task says its outcome is fixed (e.g. the `#### N` line is complete).
 * The feature — the target's hidden state at m *after reading the draft token*, which is exactly what the
@@ -38,8 +38,8 @@ from typing import Any, Generator, Iterator
 
 import numpy as np
 
-from judgekit.batching import ModelRows, RowCache
-from judgekit.decoding import eos_ids
+from judgekit.mine.rows import ModelRows, RowCache
+from judgekit.decode.generation import eos_ids
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task
 
@@ -156,7 +156,7 @@ class Miner:
 
     The algorithm is written once, as a coroutine per problem that yields forward requests (:class:`_Feed`);
     a scheduler runs the pending requests of up to ``batch_size`` problems as one batched forward per
-    model (:class:`judgekit.batching.ModelRows`, or :class:`judgekit.fastfeed.FastRows` on the fast path), so
+    model (:class:`judgekit.mine.rows.ModelRows`, or :class:`judgekit.mine.fastrows.FastRows` on the fast path), so
     batch size 1 and batch size B share every line of the logic.
     """
 
@@ -164,9 +164,9 @@ class Miner:
                  fast: bool | str = "auto"):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        from judgekit.decoding import _fast_models
+        from judgekit.decode.decoder import _fast_models
 
-        # On Llama / Qwen2 pairs the forwards run on the static-cache fast path (judgekit.fastfeed).
+        # On Llama / Qwen2 pairs the forwards run on the static-cache fast path (judgekit.mine.fastrows).
         self._fast = _fast_models(pair, fast, compile=False)
         self.pair = pair
         self.task = task
@@ -216,7 +216,7 @@ class Miner:
         active: list[_Slot] = []
         vocab = self.pair.vocab_size
         if self._fast is not None:
-            from judgekit.fastfeed import FastRows
+            from judgekit.mine.fastrows import FastRows
 
             max_len = 2 * self.cfg.max_new_tokens + 256  # grows if a prompt is longer
             rows = {name: FastRows(lm, vocab, self.batch_size, max_len)
@@ -363,14 +363,14 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
 
     Results are committed every ``flush_every`` problems (mismatch shard, then problem shard as the commit
     marker), so a run killed at any moment and resumed yields exactly the records of an uninterrupted run.
-    With ``compact``, the rank that finishes last compacts the directory (:mod:`judgekit.store_compact`).
+    With ``compact``, the rank that finishes last compacts the directory (:mod:`judgekit.store.compact`).
     ``started``: ``time.monotonic()`` when the command started, so the recorded wall time covers model loading.
     """
     from tqdm.auto import tqdm
 
     from judgekit.errors import JudgekitError
-    from judgekit.store import DirectoryBusy, RunSettings, ShardWriter, check_compatible, read_problems
-    from judgekit.store_compact import compact_dir
+    from judgekit.store.mined import DirectoryBusy, RunSettings, ShardWriter, check_compatible, read_problems
+    from judgekit.store.compact import compact_dir
 
     ids = [p.problem_id for p in problems]
     if len(set(ids)) != len(ids):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from judgekit.store import (
+from judgekit.store.mined import (
     META_SESSION,
     SCHEMA_VERSION,
     _json_meta,

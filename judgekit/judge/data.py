@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from judgekit import store
+from judgekit.store import mined as store
 from judgekit.errors import JudgekitError
 
 UNITS = ("problems", "mismatches")

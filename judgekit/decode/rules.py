@@ -5,7 +5,7 @@ rejection; it induces P(x) = q(x) h(x) + (1 - sum_v q(v) h(v)) r(x) at one posit
 Every rule exposes three vectorised pieces, all over a block of k positions at once:
 
 * ``acceptance(p, q, x, ctx)`` -> h(x_i) for each drafted token, shape [k] (or, given x [k, m], h at m
-  tokens per row, shape [k, m]: :mod:`judgekit.analysis` asks for every token at once);
+  tokens per row, shape [k, m]: :mod:`judgekit.evaluate.analysis` asks for every token at once);
 * ``residual(p, q, ctx)`` -> r at each position, shape [k, V] (rows sum to 1);
 * ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
   equations (8, 10, 12, sec. 3.2, Table 1 and appendices A, F) rather than from h and r, so that the tests

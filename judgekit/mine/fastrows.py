@@ -1,19 +1,19 @@
 """The miner's forwards on the fast path: each problem being mined owns one row of a static KV cache.
 
-:func:`judgekit.batching.feed` keeps a transformers cache per problem and, to batch problems, rebuilds one
+:func:`judgekit.mine.rows.feed` keeps a transformers cache per problem and, to batch problems, rebuilds one
 left-padded cache from theirs on every step (copies, padding) before running the eager model. On Llama / Qwen2
-pairs :class:`FastRows` does the same job with :class:`judgekit.fastmodel.FastLM`: a row keeps the token ids
+pairs :class:`FastRows` does the same job with :class:`judgekit.decode.fastmodel.FastLM`: a row keeps the token ids
 whose keys and values sit at its positions ``0 .. len - 1``, so cropping to the common prefix with the next
 sequence is only a start position, and a batch of problems is one forward over their rows, nothing copied.
-Its results are :class:`judgekit.batching.FeedResult`, field for field what ``feed`` returns (tested).
+Its results are :class:`judgekit.mine.rows.FeedResult`, field for field what ``feed`` returns (tested).
 """
 
 from __future__ import annotations
 
 import torch
 
-from judgekit.batching import FeedResult, common_prefix_len, feed_results
-from judgekit.fastmodel import FastLM
+from judgekit.mine.rows import FeedResult, common_prefix_len, feed_results
+from judgekit.decode.fastmodel import FastLM
 
 
 class FastRows:
@@ -45,7 +45,7 @@ class FastRows:
     @torch.inference_mode()
     def feed(self, rows: list[int], seqs: list[list[int]], *, all_positions: bool = False,
              hidden_layers: tuple[int, ...] = ()) -> list[FeedResult]:
-        """As :func:`judgekit.batching.feed`, for the problems holding ``rows``."""
+        """As :func:`judgekit.mine.rows.feed`, for the problems holding ``rows``."""
         dev = self.lm.device
         commons = [min(common_prefix_len(self.ids[r], s), len(s) - 1) for r, s in zip(rows, seqs)]
         new = [s[c:] for s, c in zip(seqs, commons)]

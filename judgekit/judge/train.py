@@ -28,10 +28,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from judgekit import judge_data as jd
+from judgekit.judge import data as jd
 from judgekit.errors import JudgekitError
-from judgekit.judge import JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module
-from judgekit.judge_metrics import format_metrics, judge_metrics, thresholds
+from judgekit.judge.head import JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module
+from judgekit.judge.metrics import format_metrics, judge_metrics, thresholds
 
 try:  # Lightning 2 ships as `lightning`; the standalone `pytorch_lightning` is the same code
     import lightning.pytorch as L
@@ -118,7 +118,7 @@ class _ValRows(Dataset):
 
 
 class JudgeDataModule(L.LightningDataModule):
-    """Serves prepared :class:`judgekit.judge_data.JudgeData` (features already selected and loaded)."""
+    """Serves prepared :class:`judgekit.judge.data.JudgeData` (features already selected and loaded)."""
 
     def __init__(self, data: jd.JudgeData, batch_size: int, seed: int):
         super().__init__()

@@ -1,6 +1,6 @@
 """`judgekit export`: a trained judge as one portable file (TorchScript or ONNX), scaler included.
 
-The exported graph is the judge's own :class:`judgekit.judge.HeadNet` (standardisation, head, sigmoid)
+The exported graph is the judge's own :class:`judgekit.judge.head.HeadNet` (standardisation, head, sigmoid)
 behind the same inputs the decoder passes: ``hidden`` [n, H] and, for a target+draft judge,
 ``draft_hidden`` [n, H_d]; the output is P(important) [n]. The judge config (layer, features, model
 identity, thresholds, metrics) travels inside the file: as ``judge_config.json`` in TorchScript's extra
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from judgekit.errors import JudgekitError
-from judgekit.judge import CONFIG_NAME, HeadNet, TrainedJudge, load_judge
+from judgekit.judge.head import CONFIG_NAME, HeadNet, TrainedJudge, load_judge
 
 FORMATS = ("onnx", "torchscript")
 

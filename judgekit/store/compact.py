@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.atomic import atomic_write_table, fsync_dir, parquet_options, temp_path
+from judgekit.store.atomic import atomic_write_table, fsync_dir, parquet_options, temp_path
 from judgekit.errors import JudgekitError
-from judgekit.store import (
+from judgekit.store.mined import (
     META_COMPACT,
     META_SESSION,
     MISMATCHES,
@@ -63,7 +63,7 @@ class CompactResult:
 
 
 def _data_files(out_dir: Path) -> int:
-    from judgekit.store import list_shards
+    from judgekit.store.mined import list_shards
 
     return len(list_shards(out_dir))
 

@@ -162,7 +162,7 @@ def feed_results(commons: list[int], new: list[list[int]], preds_host: list[list
 
 class ModelRows:
     """The per-problem KV state of one model on the transformers path: each problem gets its own
-    :class:`RowCache`, and :meth:`feed` is :func:`feed`. :class:`judgekit.fastfeed.FastRows` is the same
+    :class:`RowCache`, and :meth:`feed` is :func:`feed`. :class:`judgekit.mine.fastrows.FastRows` is the same
     interface on the fast path's static cache, so the miner drives either without knowing which."""
 
     def __init__(self, model, vocab: int):

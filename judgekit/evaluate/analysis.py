@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from judgekit.errors import JudgekitError
-from judgekit.rules import (
+from judgekit.decode.rules import (
     Rule,
     RuleContext,
     _Truncation,
@@ -228,7 +228,8 @@ def model_pairs(target: str, draft: str, task_name: str, limit: int, temperature
     answers greedily (speculative decoding with the lossless rule, so the text is the target's own), then
     both models read prompt + response once (teacher forcing) and their next-token distributions at the
     response positions are taken at `temperature` (0: one-hot argmax rows, softmax shapes kept)."""
-    from judgekit.decoding import SamplingConfig, SpeculativeDecoder, to_probs
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.decode.sampling import SamplingConfig, to_probs
     from judgekit.models import encode_prompt, load_model_pair
     from judgekit.tasks import get_task
 

@@ -13,7 +13,7 @@ Each commit of a rank writes the mismatch shard first and the problems shard sec
 (unique temp file, fsync, rename, fsync of the directory). A problems shard therefore only ever exists
 when its mismatch shard is complete, so readers treat it as the commit marker and ignore a mismatch
 shard without one: a crash at any moment loses at most the commit in flight and never duplicates a
-problem on resume. Compaction (:mod:`judgekit.store_compact`) follows the same rule: it writes its
+problem on resume. Compaction (:mod:`judgekit.store.compact`) follows the same rule: it writes its
 mismatch parts, then its marker, whose metadata names the commits it replaces; from the moment the marker
 exists readers ignore those commits (even before they are deleted), and before it exists they ignore the
 parts. Every file carries the schema version and the run fingerprint in its Parquet metadata, so a shard
@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
+from judgekit.store.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
 
 try:  # advisory locks; where the platform has none, the single-writer rule is the user's to keep

@@ -1,0 +1,1 @@
+"""Evaluation: sweeps of rules over a task, the run loop and grading, summaries, plots and closed-form analysis."""

@@ -1,0 +1,1 @@
+"""Mining: counterfactual labelling of draft/target mismatches (AutoJudge's semi-greedy search)."""

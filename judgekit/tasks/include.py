@@ -127,14 +127,17 @@ class Include(Task):
         return apply_limit(problems, limit)
 
     def make_problem(self, row: dict[str, Any], where: str, index: int, split: str) -> Problem:
-        """`index` counts the language's rows in source order, so ids stay put under --limit/--per-language."""
+        """`index` counts the language's rows in source order, so ids stay put under --limit/--per-language;
+        lite ids carry the subset (`lite/German/0`), since the two data sets number different questions alike."""
         answer = row["answer"]
         if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(LETTERS):
             raise JudgekitError(f"{where}: field 'answer' must be the option index 0-3, got {answer!r}")
         language = text_field(row, "language", where)
         meta = {k: row.get(k) for k in ("language", "country", "domain", "subject", "regional_feature", "level")}
         meta["options"] = [_option(row, k, where) for k in OPTIONS]
-        return Problem(task=self.name, problem_id=f"{language}/{index}", question=text_field(row, "question", where),
+        prefix = "" if self.subset == "base" else f"{self.subset}/"
+        return Problem(task=self.name, problem_id=f"{prefix}{language}/{index}",
+                       question=text_field(row, "question", where),
                        reference=LETTERS[answer], meta={**meta, "domain": text_field(row, "domain", where)})
 
     # ------------------------------------------------------------------ prompting

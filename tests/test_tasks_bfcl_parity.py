@@ -251,8 +251,6 @@ def test_hand_expectations(problems, cases, judgekit_verdicts):
 
 
 def test_official_pipeline_agrees(task, problems, cases, judgekit_verdicts, tmp_path):
-    from judgekit.tasks.bfcl import MODEL_NAME  # noqa: F401 - the name the checker gets does not matter
-
     sys_item = next(p for p in get_task("bfcl", subset="live_simple").load()
                     if p.meta["messages"][0]["role"] == "system")
     prompt_items = [problems[i] for i in ("parallel_multiple_0", "parallel_multiple_195")] + [sys_item]

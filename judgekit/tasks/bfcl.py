@@ -263,13 +263,15 @@ def system_prompt(functions: list[dict]) -> str:
         PROMPT_TEMPLATE_MAPPING,
     )
 
-    style = PROMPT_STYLE_TEMPLATES["classic"]
-    return PROMPT_TEMPLATE_MAPPING["plaintext"].format(
+    fmt = dict(part.split("=") for part in PROMPT_FORMAT.split("&"))  # json docs, no tool-call tag: built below
+    style = PROMPT_STYLE_TEMPLATES[fmt["style"]]
+    return PROMPT_TEMPLATE_MAPPING[fmt["prompt_fmt"]].format(
         persona=style["persona"], task=style["task"],
-        tool_call_format=style["tool_call_no_tag"].format(output_format=OUTPUT_FORMAT_MAPPING["python"],
-                                                          param_types=PARAM_TYPE_MAPPING["python"]),
+        tool_call_format=style["tool_call_no_tag"].format(output_format=OUTPUT_FORMAT_MAPPING[fmt["ret_fmt"]],
+                                                          param_types=PARAM_TYPE_MAPPING[fmt["ret_fmt"]]),
         multiturn_behavior=style["multiturn_behavior"],
-        available_tools=style["available_tools"].format(format="json", functions=json.dumps(functions, indent=4)),
+        available_tools=style["available_tools"].format(format=fmt["func_doc_fmt"],
+                                                        functions=json.dumps(functions, indent=4)),
     )
 
 

@@ -162,10 +162,10 @@ def test_eval_and_mine_run_on_the_pocket_pair(tmp_path, capsys):
     from judgekit.records import read_records
 
     common = ["--task", "bfcl", "--data-file", str(FIX), "--target", "pocket-target", "--draft", "pocket-draft",
-              "--threads", "1", "--max-new-tokens", "12", "--quiet"]
-    assert main(["eval", *common, "--limit", "2", "--rule", "lossless", "--out", str(tmp_path / "eval")]) == 0
+              "--threads", "1", "--max-new-tokens", "8", "--quiet"]
+    assert main(["eval", *common, "--limit", "1", "--rule", "lossless", "--out", str(tmp_path / "eval")]) == 0
     records = read_records(tmp_path / "eval").to_pylist()
-    assert [r["problem"] for r in records] == ["parallel_multiple_0", "parallel_multiple_23"]
+    assert [r["problem"] for r in records] == ["parallel_multiple_0"]
     assert all(set(json.loads(r["outcome"])) == {"valid", "error_type", "calls"} for r in records)
     assert main(["mine", *common, "--limit", "1", "--out", str(tmp_path / "mine")]) == 0
     assert "mined 1 problems" in capsys.readouterr().out

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("task", help="task name (see `judgekit tasks`)")
     show.add_argument("--split", default="test", help="split to read (default: test)")
     show.add_argument("--limit", type=int, default=2, help="number of problems (default: 2)")
-    show.add_argument("--data-file", help="local JSONL/Parquet file (or LiveCodeBench directory) instead of the hub")
+    show.add_argument("--data-file", help="local JSONL/Parquet file (or LiveCodeBench / BFCL directory) instead of the hub")
     show.add_argument("--few-shot", type=int, default=0, help="number of worked examples in the prompt")
     add_task_args(show)
     show.add_argument("--tokenizer", help="local tokenizer directory whose chat template formats the prompt")

@@ -159,7 +159,7 @@ def test_tasks_show_and_eval_dry_run(capsys):
 def test_eval_and_mine_run_on_the_pocket_pair(tmp_path, capsys):
     """The plumbing: decode BFCL prompts with the pocket pair, grade with the checker, write records and
     mismatches (a tiny budget; the pocket models know no function calling, so quality is ~0)."""
-    from judgekit.records import read_records
+    from judgekit.store.records import read_records
 
     common = ["--task", "bfcl", "--data-file", str(FIX), "--target", "pocket-target", "--draft", "pocket-draft",
               "--threads", "1", "--max-new-tokens", "8", "--quiet"]

@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml Makefile
 	# LiveCodeBench's official grader, so tests/test_tasks_lcb_parity.py compares verdicts with it (the test
 	# skips that comparison where it is absent). --no-deps: its own pins would replace torch; it needs only numpy.
 	$(BIN)/pip install -q --no-deps nvidia-livecodebench
+	# BFCL's data and AST checker (the bfcl task needs it; tests/test_tasks_bfcl_parity.py compares verdicts with
+	# BFCL's own pipeline). --no-deps: its pins (numpy 1.26.4, API SDKs) are for its own runners, not the checker.
+	$(BIN)/pip install -q --no-deps bfcl-eval
 	touch $(STAMP)
 
 demo: env

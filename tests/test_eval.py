@@ -259,7 +259,7 @@ def test_shipped_recipes_dry_run(config, tmp_path, capsys, monkeypatch):
     extra = []
     fixtures = {"math500": "math500_sample.jsonl", "mbpp+": "mbpp_plus_sample.jsonl",
                 "gsm8k": "gsm8k_sample.jsonl", "humaneval+": "humaneval_plus_sample.jsonl",
-                "livecodebench": "livecodebench"}
+                "livecodebench": "livecodebench", "include": "include_sample.jsonl", "bfcl": "bfcl"}
     if cfg["task"] in fixtures:
         extra = ["--data-file", str(FIX / fixtures[cfg["task"]])]
     monkeypatch.chdir(tmp_path)

@@ -29,6 +29,25 @@ def add_model_args(p, *, required: bool = True, target: str | None = None, draft
                        help="weights' dtype (auto: bf16 or fp16 on CUDA, fp32 on CPU)")
 
 
+# Task options: flag -> keyword of the task's constructor (`get_task(name, **task_options(...))`).
+TASK_OPTION_KEYS = ("subset", "language", "per_language")
+
+
+def add_task_args(p) -> None:
+    """--subset, --language and --per-language: options of the tasks that have them (bfcl, include); a task
+    without the option refuses it. Every default is None (not given), so a config file can set them."""
+    p.add_argument("--subset", help="task subset: bfcl category (default parallel_multiple; also simple_python, "
+                                    "multiple, parallel, live_*) or include base|lite")
+    p.add_argument("--language", help="include: all (default) or a comma list of languages, e.g. German,Greek")
+    p.add_argument("--per-language", type=int, help="include: first N problems of each language")
+
+
+def task_options(values) -> dict:
+    """The task options given (a namespace or a settings dict), for `get_task(name, **options)`."""
+    get = values.get if isinstance(values, dict) else lambda k: getattr(values, k, None)
+    return {k: get(k) for k in TASK_OPTION_KEYS if get(k) is not None}
+
+
 def comma_list(kind):
     """argparse type for a sweep: "0.2,0.4" -> [0.2, 0.4] (`kind` converts each item)."""
 

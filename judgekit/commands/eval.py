@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import TASK_OPTION_KEYS, add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import add_task_args, task_options
 from judgekit.errors import JudgekitError
 
 # Keys a sweep may vary (config names; the CLI spells them with dashes), and the shared run settings.
 SWEEP_KEYS = ("rule", "judge", "lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base",
               "epsilon", "delta", "temperature", "block_size", "seeds")
 RUN_KEYS = ("task", "target", "draft", "device", "dtype", "split", "data_file", "limit", "max_new_tokens",
-            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size", "grade_workers")
+            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size", "grade_workers",
+            *TASK_OPTION_KEYS)
 RUN_DEFAULTS: dict[str, Any] = {"device": "auto", "dtype": "auto", "split": "test", "data_file": None,
                                 "limit": None, "max_new_tokens": 256, "top_k": None, "top_p": None,
                                 "chat_template": True, "threads": None, "flush_every": 16, "title": "",
@@ -164,7 +166,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
     if sweep_filter is not None:
         sweeps = sweep_filter(sweeps)
     points = build_points(sweeps)
-    task = get_task(settings["task"])
+    task = get_task(settings["task"], **task_options(settings))
     problems = task.load(settings["split"], limit=settings["limit"], data_file=settings["data_file"])
     if not problems:
         raise JudgekitError(f"no problems in {settings['task']} split {settings['split']}")
@@ -233,6 +235,7 @@ def register(sub) -> None:
     p.add_argument("--split", help="split of the task (default test)")
     p.add_argument("--data-file", help="local JSONL/Parquet file of problems instead of the default source")
     p.add_argument("--limit", type=int, help="first N problems of the split")
+    add_task_args(p)
     add_rule_args(p, sweep=True)
     add_sampling_args(p, sweep=True)
     p.add_argument("--out", help="evaluation directory (records, summary, plots); a rerun resumes it")

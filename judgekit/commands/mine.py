@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from judgekit.commands._args import add_model_args
+from judgekit.commands._args import add_model_args, add_task_args, task_options
 from judgekit.errors import JudgekitError
 
 
@@ -62,7 +62,9 @@ def run(args) -> int:
     rank, world, local = distributed_env()
     if args.threads:
         torch.set_num_threads(args.threads)
-    task = get_task(args.task)
+    task = get_task(args.task, **task_options(args))
+    if args.split is None:  # train where the task has one, else its first split (bfcl, include: test)
+        args.split = "train" if "train" in task.splits else task.splits[0]
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
     device = args.device
     if device == "auto" and world > 1:
@@ -92,9 +94,10 @@ def register(sub) -> None:
     p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
     add_model_args(p)
     p.add_argument("--out", required=True, help="output directory of Parquet shards")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", help="default: train, or the task's first split where it has no train split")
     p.add_argument("--limit", type=int, help="first N problems of the split")
     p.add_argument("--data-file", help="local JSONL/Parquet file instead of the hub")
+    add_task_args(p)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1,
                    help="problems advanced together, their forwards batched (useful on a GPU)")

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from judgekit.commands._args import add_task_args, task_options
 from judgekit.errors import JudgekitError
 
 MAX_REFERENCE_CHARS = 600
@@ -18,8 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("task", help="task name (see `judgekit tasks`)")
     show.add_argument("--split", default="test", help="split to read (default: test)")
     show.add_argument("--limit", type=int, default=2, help="number of problems (default: 2)")
-    show.add_argument("--data-file", help="local JSONL/Parquet file (or LiveCodeBench directory) instead of the hub")
+    show.add_argument("--data-file", help="local JSONL/Parquet file (or LiveCodeBench / BFCL directory) instead of the hub")
     show.add_argument("--few-shot", type=int, default=0, help="number of worked examples in the prompt")
+    add_task_args(show)
     show.add_argument("--tokenizer", help="local tokenizer directory whose chat template formats the prompt")
     show.add_argument("--json", action="store_true", help="one JSON object per problem")
     show.set_defaults(func=_show)
@@ -74,7 +76,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise JudgekitError("--limit must be non-negative")
     try:
-        task = get_task(args.task)
+        task = get_task(args.task, **task_options(args))
     except ImportError as err:
         raise JudgekitError(f"task {args.task} is unavailable ({err})") from None
     tokenizer = _load_tokenizer(args.tokenizer)

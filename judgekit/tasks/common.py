@@ -135,16 +135,17 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 def render_prompt(user_text: str, tokenizer: Any = None, chat_template: bool = True,
                   completion_prefix: str = "", shots: Iterable[tuple[str, str]] = (),
-                  plain: str | None = None) -> str:
+                  plain: str | None = None, system: str | None = None) -> str:
     """The model input: judgekit's one chat-template renderer.
 
-    With a tokenizer that has a chat template (and `chat_template`), the few-shot `shots` become alternating
-    user/assistant turns before the user turn `user_text`, and the template's generation prompt follows;
-    otherwise the text is `plain` (a task's own plain-text layout) or `user_text`. `completion_prefix` is
-    appended in both cases to steer the format.
+    With a tokenizer that has a chat template (and `chat_template`), a `system` text becomes the first
+    (system) turn, the few-shot `shots` alternating user/assistant turns before the user turn `user_text`,
+    and the template's generation prompt follows; otherwise the text is `plain` (a task's own plain-text
+    layout, which then has to include any system text itself) or `user_text`. `completion_prefix` is appended
+    in both cases to steer the format.
     """
     if chat_template and has_chat_template(tokenizer):
-        messages: list[dict[str, str]] = []
+        messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system is not None else []
         for q, a in shots:
             messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         messages.append({"role": "user", "content": user_text})
@@ -260,6 +261,17 @@ def _jk_enc(v):
         return {"b": v.hex()}
     return {"r": repr(v)[:1000]}
 '''
+
+
+def _compile_encoder() -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile(VALUE_ENCODER, "<judgekit VALUE_ENCODER>", "exec"), namespace)  # our own source, not data
+    return namespace["_jk_enc"]
+
+
+# The same encoder in the trusted process (for outcomes holding tuples, complex numbers, ...): one
+# implementation, so a value tagged here and one tagged inside a sandbox read back alike with `decode_value`.
+encode_value = _compile_encoder()
 
 
 class Opaque:

@@ -51,7 +51,10 @@ def _glue_negative_lists(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_glue_negative_lists(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        args = parser.parse_args(_glue_negative_lists(list(sys.argv[1:] if argv is None else argv)))
+    except SystemExit as exit_:  # argparse printed the usage and its error (or the help): its exit code
+        return int(exit_.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

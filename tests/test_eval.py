@@ -253,9 +253,9 @@ sweep:
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_shipped_recipes_dry_run(config, tmp_path, capsys, monkeypatch):
     """Every recipe parses and expands; real-pair recipes load their task from the fixture files."""
-    from judgekit.commands.eval import load_config
+    from judgekit.config import load_eval_config
 
-    cfg = load_config(config)
+    cfg = load_eval_config(config)
     extra = []
     fixtures = {"math500": "math500_sample.jsonl", "mbpp+": "mbpp_plus_sample.jsonl",
                 "gsm8k": "gsm8k_sample.jsonl", "humaneval+": "humaneval_plus_sample.jsonl",

@@ -18,8 +18,16 @@ from judgekit import __version__
 from judgekit.errors import JudgekitError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as one `judgekit: error:` line, like every other refusal (sub-commands'
+    parsers are of the same class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"judgekit: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="judgekit",
         description="Judge-based lossy speculative decoding and the paper's lossy verification rules.",
     )

@@ -143,6 +143,8 @@ def check_table(data: dict, settings: Iterable[Setting], where: str,
             allowed = sorted({s.key for s in by_name.values()} | set(tables))
             raise JudgekitError(f"{where}: unknown setting {raw!r} (allowed: {', '.join(allowed)})")
         s = by_name[key]
+        if s.key in out:
+            raise JudgekitError(f"{where}: setting {s.key!r} is given twice (as {raw!r} too)")
         out[s.key] = s.check(value, f"{where}: setting {s.key!r}")
     return out
 
@@ -153,13 +155,14 @@ def check_given(values: dict[str, Any], settings: Iterable[Setting]) -> dict[str
     return {k: by_key[k].check(v, by_key[k].flag) if k in by_key else v for k, v in values.items()}
 
 
-def check_positions(pair, max_new_tokens: int) -> None:
-    """Refuse a token budget the models cannot hold (their config's max_position_embeddings)."""
+def check_positions(pair, max_new_tokens: int, prompt_tokens: int = 0) -> None:
+    """Refuse a prompt + token budget the models cannot hold (their config's max_position_embeddings)."""
     limits = [getattr(m.config, "max_position_embeddings", None) for m in (pair.target, pair.draft)]
     limits = [n for n in limits if isinstance(n, int)]
-    if limits and max_new_tokens >= min(limits):
-        raise JudgekitError(f"--max-new-tokens {max_new_tokens} leaves no room for the prompt: the models hold "
-                            f"{min(limits)} positions")
+    if limits and prompt_tokens + max_new_tokens >= min(limits):
+        prompt = f"a {prompt_tokens}-token prompt + " if prompt_tokens else ""
+        raise JudgekitError(f"--max-new-tokens {max_new_tokens} does not fit: {prompt}{max_new_tokens} new tokens "
+                            f"run past the models' {min(limits)} positions")
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -34,13 +34,15 @@ def run(args) -> int:
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.decode.sampling import SamplingConfig
     from judgekit.judge.head import bind_rule
-    from judgekit.models import load_model_pair
+    from judgekit.models import encode_prompt, format_prompt, load_model_pair
 
     check_args(args, C.DECODING)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
-    C.check_positions(pair, args.max_new_tokens)
+    longest = max(len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, text, args.chat_template)))
+                  for text in args.prompt)
+    C.check_positions(pair, args.max_new_tokens, longest)
     rule = bind_rule(rule, pair)
     # The decoder reads the judge's layer and features from the judge's own config.
     decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling)

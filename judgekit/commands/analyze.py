@@ -11,12 +11,9 @@ import math
 import os
 from pathlib import Path
 
-from judgekit.commands._args import add_model_args, add_rule_args, comma_list, rule_name
+from judgekit.commands._args import add_model_args, add_rule_args, add_rule_choice, comma_list
 from judgekit.errors import JudgekitError
 
-# Every rule that needs no trained judge, in the summary's order (each truncation rule by its baseline).
-DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
-                 "typical", "eta"]
 
 
 def register(sub) -> None:
@@ -39,8 +36,10 @@ def register(sub) -> None:
     src.add_argument("--data-file", help="local JSONL/Parquet file of the task's problems")
     src.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (0: one-hot rows)")
     src.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--rule", nargs="+", type=rule_name, default=DEFAULT_RULES, metavar="NAME",
-                   help=f"rules to analyse (default: {', '.join(DEFAULT_RULES)})")
+    from judgekit.decode.params import RULE_SPECS
+
+    analysable = [name for name, spec in RULE_SPECS.items() if not spec.needs_judge]
+    add_rule_choice(p, many=True, default=analysable, help="rules to analyse (default: all but judge)")
     add_rule_args(p, mode="grid")
     lemma = p.add_argument_group("Lemma 1 sweep (min-p over p_base, eta over epsilon)")
     lemma.add_argument("--sweep-p-base", type=comma_list(float),

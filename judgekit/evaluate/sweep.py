@@ -119,14 +119,16 @@ class Sweep:
 
     @staticmethod
     def _judge_params(path: str, combo: dict, loaded: dict) -> dict:
+        from judgekit.decode.params import JUDGE_THRESHOLD as T
+
         judge, digest = load_judge_once(str(path), loaded)
         # The weights' digest is part of the point: a judge retrained in place is a new point, never resumed.
         params = {"judge": str(path), "judge_sha": digest}
-        spec = combo.get("threshold", 0.5)
-        params["threshold"] = resolve_threshold(judge, spec)
+        spec = combo.get(T.name, T.default)
+        params[T.name] = resolve_threshold(judge, spec)
         if isinstance(spec, str):
             params["threshold_name"] = spec
-        return {**{k: v for k, v in combo.items() if k != "threshold"}, **params}
+        return {**{k: v for k, v in combo.items() if k != T.name}, **params}
 
     @staticmethod
     def _check(rule: str, params: dict, loaded: dict) -> None:

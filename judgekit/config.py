@@ -178,19 +178,19 @@ def _action_setting(action: argparse.Action) -> Setting:
     return Setting(action.dest, kind, many=many, choices=tuple(action.choices) if action.choices else None)
 
 
-def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, path: str | Path,
-                 given: Iterable[str] = ()) -> argparse.Namespace:
+def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, path: str | Path) -> argparse.Namespace:
     """``args`` with the file's settings filled in where the command line left the parser's default.
 
-    Keys are the parser's destinations (``max_new_tokens``, ``flush_every``); ``given`` names destinations set
-    on the command line even if to their default (they win over the file)."""
+    Keys are the parser's destinations (``max_new_tokens``, ``flush_every``), checked against the flags' types
+    and choices. A flag given on the command line with its default value cannot be told from one not given:
+    the file's value holds there (argparse does not record which flags were given)."""
     actions = {a.dest: a for a in parser._actions
                if a.dest not in ("help", "config", argparse.SUPPRESS) and a.option_strings}
     settings = [_action_setting(a) for a in actions.values()]
     values = check_table(read_config(path), settings, f"config {path}")
     for key, value in values.items():
         action = actions[key]
-        if key not in given and getattr(args, key) == action.default:
+        if getattr(args, key) == action.default:
             setattr(args, key, value)
     return args
 

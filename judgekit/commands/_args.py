@@ -90,7 +90,9 @@ def add_rule_args(p: argparse.ArgumentParser, mode: str = "single") -> None:
         rules = rules_using(param.key)
         if mode == "grid" and all(RULE_SPECS[r].needs_judge for r in rules):
             continue
-        text = f"{param.help} [{', '.join(rules)}]"
+        intervals = {p.interval for r in rules for p in RULE_SPECS[r].params if p.key == param.key}
+        text = param.help + (f" in {intervals.pop()}" if len(intervals) == 1 and None not in intervals else "")
+        text += f" [{', '.join(rules)}]"
         kind = param_type(param)
         if mode == "single":
             g.add_argument(param.flag, type=kind, default=param.default, choices=param.choices,

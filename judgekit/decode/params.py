@@ -59,25 +59,25 @@ def in_interval(value: float, interval: str) -> bool:
     return above and below
 
 
-LENIENCE = Param("lenience", float, 0.5, "lenience", "lenience", "lenience l (rule lenience)", "(0, 1]",
+LENIENCE = Param("lenience", float, 0.5, "lenience", "lenience", "lenience l", "(0, 1]",
                  grid=(0.2, 0.5, 0.8))
 LAM = Param("lam", float, 0.5, "lam", "lambda",
-            "interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling", "[0, 1]",
+            "interpolation lambda: [0, 1] for cos, (0, 1] for cos-adaptive and cos-ceiling", "[0, 1]",
             grid=(0.2, 0.5, 0.8))
 # Table 1's ablations divide by lambda: lambda = 0 (pure draft) is not allowed there, unlike plain CoS.
 LAM_POSITIVE = Param("lam", float, 0.5, "lam", "lambda", LAM.help, "(0, 1]", grid=LAM.grid)
 FUZZY_THRESHOLD = Param("threshold", float, 0.5, "fuzzy_threshold", "fuzzy threshold",
-                        "divergence threshold T (rule fuzzy)", "[0, inf)", grid=(0.1, 0.5))
-DIVERGENCE = Param("divergence", str, "kl", "divergence", "divergence", "D for rule fuzzy",
+                        "divergence threshold T", "[0, inf)", grid=(0.1, 0.5))
+DIVERGENCE = Param("divergence", str, "kl", "divergence", "divergence", "divergence D",
                    choices=("kl", "tv", "js"), grid=("kl",))
 JUDGE_THRESHOLD = Param("threshold", float, 0.5, "judge_threshold", "judge threshold",
                         "accept if P(important) < this; a number or a threshold saved in the judge "
                         "(p10..p90, recall90)", "[0, 1]", named_values=True)
-P_BASE = Param("p_base", float, 0.1, "p_base", "p_base", "min-p base (rules speccascade, minp)", "(0, 1)",
+P_BASE = Param("p_base", float, 0.1, "p_base", "p_base", "min-p base", "(0, 1)",
                grid=(0.1, 0.3))
-EPSILON = Param("epsilon", float, 0.0009, "epsilon", "epsilon", "eta-sampling epsilon (rules typical, eta)",
+EPSILON = Param("epsilon", float, 0.0009, "epsilon", "epsilon", "eta-sampling epsilon",
                 "(0, 1)", grid=(0.0009, 0.009))
-DELTA = Param("delta", float, 0.03, "delta", "delta", "eta-sampling delta (rules typical, eta)", "(0, inf)",
+DELTA = Param("delta", float, 0.03, "delta", "delta", "eta-sampling delta", "(0, inf)",
               grid=(0.03,))
 
 
@@ -86,21 +86,20 @@ class RuleSpec:
     name: str
     params: tuple[Param, ...] = ()
     needs_judge: bool = False  # takes a trained judge (--judge DIR): not analysable in closed form
-    help: str = ""
 
 
 _SPECS = [
-    RuleSpec("lossless", help="Leviathan et al.'s lossless verification"),
-    RuleSpec("lenience", (LENIENCE,), help="h = min(1, p / (l q))"),
-    RuleSpec("cos", (LAM,), help="verify against lam p + (1 - lam) q (CoS / DIVERSED)"),
-    RuleSpec("cos-adaptive", (LAM_POSITIVE,), help="Table 1 ablation: lenience's interpolation where q <= p"),
-    RuleSpec("cos-ceiling", (LAM_POSITIVE,), help="Table 1 ablation: CoS with the ceiling p / lam"),
-    RuleSpec("fuzzy", (FUZZY_THRESHOLD, DIVERGENCE), help="accept where D(p, q) < T"),
-    RuleSpec("judge", (JUDGE_THRESHOLD,), needs_judge=True, help="AutoJudge: a trained judge keeps tokens"),
-    RuleSpec("speccascade", (P_BASE,), help="accept x iff in the min-p set"),
-    RuleSpec("typical", (EPSILON, DELTA), help="accept x iff in the eta set"),
-    RuleSpec("minp", (P_BASE,), help="min-p sampling, verified losslessly"),
-    RuleSpec("eta", (EPSILON, DELTA), help="eta sampling, verified losslessly"),
+    RuleSpec("lossless"),
+    RuleSpec("lenience", (LENIENCE,)),
+    RuleSpec("cos", (LAM,)),
+    RuleSpec("cos-adaptive", (LAM_POSITIVE,)),
+    RuleSpec("cos-ceiling", (LAM_POSITIVE,)),
+    RuleSpec("fuzzy", (FUZZY_THRESHOLD, DIVERGENCE)),
+    RuleSpec("judge", (JUDGE_THRESHOLD,), needs_judge=True),
+    RuleSpec("speccascade", (P_BASE,)),
+    RuleSpec("typical", (EPSILON, DELTA)),
+    RuleSpec("minp", (P_BASE,)),
+    RuleSpec("eta", (EPSILON, DELTA)),
 ]
 RULE_SPECS: dict[str, RuleSpec] = {s.name: s for s in _SPECS}
 RULE_NAMES: tuple[str, ...] = tuple(RULE_SPECS)

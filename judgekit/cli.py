@@ -18,8 +18,16 @@ from judgekit import __version__
 from judgekit.errors import JudgekitError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as one `judgekit: error:` line, like every other refusal (sub-commands'
+    parsers are of the same class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"judgekit: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="judgekit",
         description="Judge-based lossy speculative decoding and the paper's lossy verification rules.",
     )
@@ -51,7 +59,10 @@ def _glue_negative_lists(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_glue_negative_lists(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        args = parser.parse_args(_glue_negative_lists(list(sys.argv[1:] if argv is None else argv)))
+    except SystemExit as exit_:  # argparse printed the usage and its error (or the help): its exit code
+        return int(exit_.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

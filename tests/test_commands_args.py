@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from judgekit.cli import build_parser, main
+from judgekit.errors import JudgekitError
 from judgekit.pocket import POCKET_DIR
 
 
@@ -106,3 +107,123 @@ def test_generate_reads_the_judge_once(tmp_path, monkeypatch, capsys):
                  "--max-new-tokens", "4", "--json"]) == 0
     assert len(reads) == 1, reads
     assert '"text"' in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rule parameters: declared once (judgekit/decode/params.py); the rules' fields, describe(), every command's
+# flags and the analysis grid read the declarations.
+
+
+def test_each_rule_takes_its_fields_and_checks_from_the_declarations():
+    from judgekit.decode.params import RULE_NAMES, RULE_SPECS
+    from judgekit.decode.rules import RULES, make_rule
+
+    assert list(RULES) == list(RULE_NAMES)
+    for name, cls in RULES.items():
+        spec = RULE_SPECS[name]
+        fields = cls.param_fields()
+        assert [f.name for f in fields] == [p.name for p in spec.params], name
+        assert all(f.metadata["param"] is p and f.default == p.default for f, p in zip(fields, spec.params)), name
+        extra = {"judge": lambda h, t: h} if spec.needs_judge else {}
+        rule = make_rule(name, **extra)
+        assert rule.describe() == {"rule": name, **{p.name: p.default for p in spec.params}}
+        for p in spec.params:  # the declared range is the rule's: one value outside it is refused
+            if p.interval:
+                low = float(p.interval[1:-1].split(",")[0])
+                bad = low if p.interval[0] == "(" else low - 1
+                with pytest.raises(JudgekitError, match=p.what):
+                    make_rule(name, **extra, **{p.name: bad})
+
+
+def _parser(*path):
+    return dict(_parsers(build_parser()))[path]
+
+
+def test_every_command_declares_the_rule_flags_from_the_parameters():
+    from judgekit.decode.params import RULE_NAMES, flag_params, rules_using
+
+    generate, ev, analyze = _parser("generate"), _parser("eval"), _parser("analyze")
+    for parser in (generate, ev, analyze):
+        assert _option(parser, "--rule").choices == RULE_NAMES
+    for p in flag_params():
+        assert _option(generate, p.flag).default == p.default, p.key
+        assert _option(ev, p.flag).default is None, p.key  # not given: a config file's value holds
+        assert all(r in _option(ev, p.flag).help for r in rules_using(p.key))
+        if p.key == "judge_threshold":  # needs a trained judge: not analysed in closed form
+            assert _option(analyze, p.flag) is None
+        else:
+            assert _option(analyze, p.flag).default == list(p.grid), p.key
+    # The documented spellings keep working, each to its rule's field.
+    args = build_parser().parse_args(["eval", "--fuzzy-threshold", "0.1,0.2", "--judge-threshold", "p20,0.3",
+                                      "--p-base", "0.2", "--lam", "0.5", "--divergence", "kl,tv"])
+    assert (args.fuzzy_threshold, args.judge_threshold, args.p_base) == ([0.1, 0.2], ["p20", 0.3], [0.2])
+    assert args.divergence == ["kl", "tv"]
+
+
+def test_the_analysis_grid_and_the_sweep_expand_alike():
+    """One expansion (params.combinations) serves `judgekit analyze` and `judgekit eval`."""
+    from judgekit.evaluate.analysis import rule_grid
+    from judgekit.evaluate.sweep import Sweep
+
+    values = {"fuzzy_threshold": [0.1, 0.5], "divergence": ["kl", "js"], "lam": [0.3], "p_base": [0.2]}
+    rules = rule_grid(["fuzzy", "cos", "minp"], values)
+    points = Sweep(["fuzzy", "cos", "minp"], values).points()
+    assert [r.describe() for r in rules] == [{"rule": p.rule, **p.params} for p in points]
+    assert len(rules) == 4 + 1 + 1
+
+
+def test_generate_passes_each_parameter_to_its_rule():
+    from judgekit.commands.generate import build_rule
+
+    args = build_parser().parse_args(["generate", "--target", "t", "--draft", "d", "--prompt", "x", "--rule",
+                                      "fuzzy", "--fuzzy-threshold", "0.25", "--divergence", "js"])
+    assert build_rule(args).describe() == {"rule": "fuzzy", "threshold": 0.25, "divergence": "js"}
+    args.rule, args.epsilon, args.delta = "eta", 0.01, 0.5
+    assert build_rule(args).describe() == {"rule": "eta", "epsilon": 0.01, "delta": 0.5}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# --config for mine and train: the file's keys are the flags' destinations, checked like the flags.
+
+
+@pytest.mark.parametrize("argv, body, expected", [
+    (["mine", "--task", "t", "--target", "t", "--draft", "d", "--out", "o", "--batch-size", "3"],
+     'max_new_tokens = 128\nbatch_size = 5\nlayers = "-1,12"\ndraft_features = true\n',
+     {"max_new_tokens": 128, "batch_size": 3, "layers": "-1,12", "draft_features": True, "split": None}),
+    (["train", "--data", "a", "--out", "o", "--lr", "0.5"], 'head = "mlp"\nlr = 0.1\nmax_epochs = 7\nmix = "9:1"\n',
+     {"head": "mlp", "lr": 0.5, "max_epochs": 7, "mix": "9:1", "patience": 10}),
+])
+def test_mine_and_train_read_a_config_file_under_the_command_line(argv, body, expected, tmp_path):
+    from judgekit.commands._args import with_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(body)
+    args = with_config(build_parser().parse_args([*argv, "--config", str(cfg)]))
+    assert {k: getattr(args, k) for k in expected} == expected
+
+
+@pytest.mark.parametrize("body, message", [
+    ("max_new_tokens = 1.5\n", "setting 'max_new_tokens' must be an integer, got 1.5"),
+    ('batch_size = "8"\n', "setting 'batch_size' must be an integer"),
+    ("max_epochs = 3\n", "unknown setting 'max_epochs'"),
+    ("draft_features = 1\n", "setting 'draft_features' must be true or false"),
+])
+def test_a_bad_mine_config_is_one_error_line(body, message, tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(body)
+    argv = ["mine", "--task", "pocket-math", "--target", "t", "--draft", "d", "--out", str(tmp_path / "o"),
+            "--config", str(cfg)]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("judgekit: error: ") and message in lines[0], lines
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_bad_train_choice_in_its_config_is_refused(tmp_path):
+    from judgekit.commands._args import with_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("head: cnn\n")
+    args = build_parser().parse_args(["train", "--data", "a", "--out", "o", "--config", str(cfg)])
+    with pytest.raises(JudgekitError, match="setting 'head' must be one of linear, mlp, got 'cnn'"):
+        with_config(args)

@@ -253,9 +253,9 @@ sweep:
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_shipped_recipes_dry_run(config, tmp_path, capsys, monkeypatch):
     """Every recipe parses and expands; real-pair recipes load their task from the fixture files."""
-    from judgekit.commands.eval import load_config
+    from judgekit.config import load_eval_config
 
-    cfg = load_config(config)
+    cfg = load_eval_config(config)
     extra = []
     fixtures = {"math500": "math500_sample.jsonl", "mbpp+": "mbpp_plus_sample.jsonl",
                 "gsm8k": "gsm8k_sample.jsonl", "humaneval+": "humaneval_plus_sample.jsonl",
@@ -377,3 +377,35 @@ def test_grading_runs_on_worker_threads_and_gives_the_same_records(tmp_path, pai
     assert len(got[3]) == 6 and got[3] == got[1]
     assert any(c for _, _, c in got[1])  # some programs pass: the sandbox really graded them
     assert threads and all(t.startswith("judgekit-grade") for t in threads)
+
+
+def test_each_judge_directory_is_read_once_per_run(tmp_path, pair, monkeypatch, capsys):
+    """Sweep expansion (thresholds, digest), the dry-run checks and the decoding share one read of the judge."""
+    import safetensors.torch
+
+    from judgekit.judge.head import WEIGHTS_NAME
+
+    judge = save_judge(tmp_path / "j", pair.target.config.hidden_size)
+    reads = []
+    load_file, read_bytes = safetensors.torch.load_file, Path.read_bytes
+
+    def counting_load(filename, *args, **kwargs):
+        reads.append(("load", filename))
+        return load_file(filename, *args, **kwargs)
+
+    def counting_read(self):
+        if self.name == WEIGHTS_NAME:
+            reads.append(("bytes", self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(safetensors.torch, "load_file", counting_load)
+    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    assert main(["eval", *POCKET, "--rule", "lossless", "judge", "--judge", str(judge), "--judge-threshold",
+                 "p40,0.3", "--limit", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "ev"), "--quiet"]) == 0
+    assert len(reads) == 1, reads
+    capsys.readouterr()
+    # The digest computed from the loaded judge is its weights file's: points recorded before stay resumable.
+    import hashlib
+
+    params = json.loads(next(r for r in read_records(tmp_path / "ev").to_pylist() if r["rule"] == "judge")["params"])
+    assert params["judge_sha"] == hashlib.sha1(read_bytes(judge / WEIGHTS_NAME)).hexdigest()[:12]

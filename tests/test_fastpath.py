@@ -234,16 +234,24 @@ def test_bench_decode_rejects_a_bad_batch_size(capsys):
     assert "judgekit: error: --batch-size" in capsys.readouterr().err
 
 
-def test_evaluation_at_batch_size_equals_batch_one():
-    from judgekit.evaluate.run import evaluate_rule
+def test_evaluation_at_batch_size_equals_batch_one(tmp_path):
+    from judgekit.evaluate.run import run_eval
+    from judgekit.evaluate.summary import summarize
+    from judgekit.evaluate.sweep import EvalSettings, Sweep
+    from judgekit.store.records import read_records
     from judgekit.tasks import get_task
 
     pocket = load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
     task = get_task("pocket-math")
     problems = task.load("test", limit=8)
-    one = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64)
-    many = evaluate_rule(pocket, task, problems, make_rule("lossless"), "l", max_new_tokens=64, batch_size=4)
-    assert (one.correct, one.stats.new_tokens) == (many.correct, many.stats.new_tokens)
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=8, max_new_tokens=64)
+    rows = []
+    for bs in (1, 4):
+        run_eval(pocket, task, problems, Sweep(["lossless"]).points(), settings, str(tmp_path / str(bs)),
+                 batch_size=bs)
+        rows.append(summarize(read_records(tmp_path / str(bs)))[0])
+    one, many = rows
+    assert (one["correct"], one["new_tokens"]) == (many["correct"], many["new_tokens"])
 
 
 def test_fast_forwards_are_shared_between_decoders_and_rebuilt_after_in_place_updates(tmp_path):

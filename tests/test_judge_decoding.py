@@ -1,4 +1,4 @@
-"""The decoder reads the judge's own layer and features: via `judgekit generate` and `evaluate_rule`."""
+"""The decoder reads the judge's own layer and features: via `judgekit generate` and `run_eval`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from judgekit.cli import main
-from judgekit.evaluate.run import evaluate_rule
+from judgekit.evaluate.run import run_eval
+from judgekit.evaluate.sweep import EvalSettings, Sweep
 from judgekit.judge.head import LinearJudge, load_judge
 from judgekit.models import encode_prompt, format_prompt, load_model_pair
 from judgekit.pocket import POCKET_DIR
@@ -75,11 +76,13 @@ def test_generate_reads_the_judges_layer(pair, tmp_path, calls, capsys):
 
 
 @pytest.mark.parametrize("features", ["target", "target+draft"])
-def test_evaluate_rule_reads_the_judges_layer_and_draft_features(pair, tmp_path, calls, features):
-    judge = load_judge(_keep_all_judge(tmp_path / "j", pair, layer=2, features=features))
+def test_run_eval_reads_the_judges_layer_and_draft_features(pair, tmp_path, calls, features):
+    judge_dir = _keep_all_judge(tmp_path / "j", pair, layer=2, features=features)
     task = get_task("pocket-math")
     problem = task.load("test", limit=1)
-    evaluate_rule(pair, task, problem, make_rule("judge", judge=judge, threshold=0.5), "judge", max_new_tokens=12)
+    points = Sweep(["judge"], {"judge_threshold": [0.5]}, judges=[str(judge_dir)]).points()
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=1, max_new_tokens=12)
+    run_eval(pair, task, problem, points, settings, str(tmp_path / "ev"))
     ids = encode_prompt(pair.tokenizer, task.build_prompt(problem[0], pair.tokenizer, chat_template=True))
     _check_first_step(pair, ids, calls, layer=2, draft=features == "target+draft")
 

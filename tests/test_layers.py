@@ -129,3 +129,14 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 def test_no_import_cycle_inside_the_package():
     """Imports inside functions count: a lazy import still ties two modules together."""
     assert import_cycles(_module_graph()) == []
+
+
+def test_no_command_imports_another_command():
+    """Commands share declarations through commands/_args.py only; what one command does for another (the demo
+    runs mining, training and evaluation) is a library call."""
+    commands = {m for m in SOURCES if _inside(m, "judgekit.commands") and m != "judgekit.commands"}
+    for module in sorted(commands):
+        others = {i for i in SOURCES[module] if _inside(i, "judgekit.commands")} - {"judgekit.commands._args"}
+        others = {i for i in others if i in commands and i != module}
+        assert others == set(), module
+    assert "judgekit.cli" not in SOURCES["judgekit.commands.demo"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from judgekit.cli import main
-from judgekit.evaluate.run import evaluate_rule
+from judgekit.evaluate.run import run_eval
+from judgekit.evaluate.summary import summarize
+from judgekit.evaluate.sweep import EvalSettings, Sweep
 from judgekit.mine.miner import MineConfig, Miner, lookup_draft
 from judgekit.models import load_model_pair
 from judgekit.pocket import POCKET_DIR
-from judgekit.decode.rules import make_rule
+from judgekit.store.records import read_records
 from judgekit.tasks import get_task
 
 pytestmark = pytest.mark.skipif(not (POCKET_DIR / "target" / "model.safetensors").exists(),
@@ -21,11 +23,14 @@ def pair():
     return load_model_pair("pocket-target", "pocket-draft", device="cpu", dtype="fp32")
 
 
-def test_lossless_block_efficiency_on_pocket_math(pair):
+def test_lossless_block_efficiency_on_pocket_math(pair, tmp_path):
     task = get_task("pocket-math")
-    score = evaluate_rule(pair, task, task.load("test", limit=12), make_rule("lossless"), "lossless", block_size=8)
-    assert score.stats.block_efficiency >= 2.5
-    assert score.accuracy >= 0.75
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=12, max_new_tokens=256)
+    run_eval(pair, task, task.load("test", limit=12), Sweep(["lossless"]).points(), settings, str(tmp_path))
+    (row,) = summarize(read_records(tmp_path))
+    assert row["n"] == 12 and row["block_size"] == 8
+    assert row["block_efficiency"] >= 2.5
+    assert row["quality"] >= 0.75
 
 
 @pytest.mark.slow

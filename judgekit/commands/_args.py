@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from judgekit import config as C
 
-DTYPE_CHOICES = ["auto", "bf16", "fp16", "fp32"]
+DTYPE_CHOICES = list(C.DTYPE_CHOICES)
 
 
 def add_model_args(p, *, required: bool = True, target: str | None = None, draft: str | None = None,
@@ -29,23 +30,12 @@ def add_model_args(p, *, required: bool = True, target: str | None = None, draft
                        help="weights' dtype (auto: bf16 or fp16 on CUDA, fp32 on CPU)")
 
 
-# Task options: flag -> keyword of the task's constructor (`get_task(name, **task_options(...))`).
-TASK_OPTION_KEYS = ("subset", "language", "per_language")
-
 
 def add_task_args(p) -> None:
-    """--subset, --language and --per-language: options of the tasks that have them (bfcl, include); a task
-    without the option refuses it. Every default is None (not given), so a config file can set them."""
-    p.add_argument("--subset", help="task subset: bfcl category (default parallel_multiple; also simple_python, "
-                                    "multiple, parallel, live_*) or include base|lite")
-    p.add_argument("--language", help="include: all (default) or a comma list of languages, e.g. German,Greek")
-    p.add_argument("--per-language", type=int, help="include: first N problems of each language")
-
-
-def task_options(values) -> dict:
-    """The task options given (a namespace or a settings dict), for `get_task(name, **options)`."""
-    get = values.get if isinstance(values, dict) else lambda k: getattr(values, k, None)
-    return {k: get(k) for k in TASK_OPTION_KEYS if get(k) is not None}
+    """--subset, --language and --per-language (judgekit.config.TASK_OPTIONS); every default is None (not
+    given), so a config file can set them."""
+    for s in C.TASK_OPTIONS:
+        add_setting(p, s, sweep=True)
 
 
 def comma_list(kind):
@@ -63,61 +53,110 @@ def comma_list(kind):
     return parse
 
 
-def threshold_value(text: str) -> float | str:
-    """A judge threshold: a probability, or the name of one saved in the judge (p10..p90, recall90, ...)."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
+def param_type(param):
+    """argparse type of one value of a rule parameter (judgekit.decode.params): a judge threshold may be
+    the name of one saved in the judge (p10..p90, recall90, ...)."""
+    return C.THRESHOLD.parse if param.named_values else param.kind
 
 
-def add_rule_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """Rule flags. With ``sweep`` (judgekit eval) --rule/--judge take several values, the numeric parameters
-    comma-separated lists, and every default is None so that a config file can fill what the line leaves out."""
+def rule_name(text: str) -> str:
+    """argparse type of --rule: an unknown name is refused with the list of rules (no torch import)."""
+    from judgekit.decode.params import RULE_NAMES
+
+    if text not in RULE_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown rule {text!r}; choose from {', '.join(RULE_NAMES)}")
+    return text
+
+
+def add_rule_choice(p, *, many: bool, default, help: str) -> None:
+    """--rule NAME (several with ``many``), offering the rule names of judgekit.decode.params."""
+    from judgekit.decode.params import RULE_NAMES
+
+    p.add_argument("--rule", nargs="+" if many else None, type=rule_name, choices=RULE_NAMES, default=default,
+                   metavar="NAME", help=f"{help}: {', '.join(RULE_NAMES)}")
+
+
+def add_rule_args(p: argparse.ArgumentParser, mode: str = "single") -> None:
+    """Rule flags, one per parameter key of judgekit.decode.params.
+
+    ``mode``: "single" (judgekit generate: one value each, the parameter's default); "sweep" (judgekit eval:
+    --rule/--judge take several values, each parameter a comma list, every default None so that a config file
+    can fill what the line leaves out); "grid" (judgekit analyze: comma lists defaulting to the parameter's
+    analysis grid; the judge rule, which needs a trained judge, is not analysed).
+    """
+    from judgekit.decode.params import RULE_SPECS, flag_params, rules_using
+
     g = p.add_argument_group("acceptance rule")
-
-    def arg(flag, kind, default, **kw):
-        if sweep:
-            g.add_argument(flag, type=comma_list(kind), default=None, **kw)
+    if mode == "single":
+        add_rule_choice(g, many=False, default="lossless", help="verification rule (default lossless)")
+    elif mode == "sweep":
+        add_rule_choice(g, many=True, default=None, help="verification rules (several for a comparison)")
+    if mode != "grid":
+        g.add_argument("--judge", nargs="+" if mode == "sweep" else None,
+                       help="trained judge directory (rule judge)" + ("; several" if mode == "sweep" else ""))
+    for param in flag_params():
+        rules = rules_using(param.key)
+        if mode == "grid" and all(RULE_SPECS[r].needs_judge for r in rules):
+            continue
+        intervals = {p.interval for r in rules for p in RULE_SPECS[r].params if p.key == param.key}
+        text = param.help + (f" in {intervals.pop()}" if len(intervals) == 1 and None not in intervals else "")
+        text += f" [{', '.join(rules)}]"
+        kind = param_type(param)
+        if mode == "single":
+            g.add_argument(param.flag, type=kind, default=param.default, choices=param.choices,
+                           help=f"{text} (default {param.default})")
+        elif mode == "sweep":
+            g.add_argument(param.flag, type=comma_list(kind), default=None,
+                           help=f"{text}; a comma list sweeps (default {param.default})")
         else:
-            g.add_argument(flag, type=kind, default=default, **kw)
+            g.add_argument(param.flag, type=comma_list(kind), default=list(param.grid),
+                           help=f"{text}; comma list (default {','.join(map(str, param.grid))})")
 
-    g.add_argument("--rule", nargs="+" if sweep else None,  # names not listed: that would import torch for --help
-                   default=None if sweep else "lossless",
-                   help="verification rule (default lossless; an unknown name lists them all)"
-                        + ("; several for a comparison" if sweep else ""))
-    arg("--lenience", float, 0.5, help="lenience l in (0, 1] (rule lenience)")
-    arg("--lam", float, 0.5,
-        help="interpolation lambda: [0, 1] for rule cos, (0, 1] for cos-adaptive and cos-ceiling")
-    arg("--fuzzy-threshold", float, 0.5, help="divergence threshold T (rule fuzzy)")
-    if sweep:
-        arg("--divergence", str, "kl", help="D for rule fuzzy: kl, tv or js")
+
+def add_setting(p, s: C.Setting, *, sweep: bool = False, nargs: bool = False) -> None:
+    """The flag of one judgekit.config Setting. With ``sweep`` the default is None ("not given": a config file
+    or the setting's default fills it) and a list setting takes a comma list (``nargs``: space-separated)."""
+    default = None if sweep else s.default
+    if s.kind is C.BOOL:  # a setting on by default: --no-KEY turns it off
+        p.add_argument("--no-" + s.flag[2:], dest=s.key, action="store_const", const=not s.default,
+                       default=default, help=s.help)
+        return
+    kind = s.kind.parse
+    if sweep and s.many:
+        extra = {"nargs": "+", "type": kind} if nargs else {"type": comma_list(kind)}
+        text = s.help + ("" if nargs else "; a comma list sweeps") + (f" (default {s.default})" if s.default
+                                                                     is not None else "")
+        p.add_argument(s.flag, default=None, help=text, choices=s.choices, **extra)
     else:
-        g.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"], help="D for rule fuzzy")
-    g.add_argument("--judge", nargs="+" if sweep else None, help="trained judge directory (rule judge)")
-    arg("--judge-threshold", threshold_value, 0.5,
-        help="accept if P(important) < this; a number or a threshold saved in the judge (p10..p90, recall90)")
-    arg("--p-base", float, 0.1, help="min-p base (rules speccascade, minp)")
-    arg("--epsilon", float, 0.0009, help="eta-sampling epsilon (rules typical, eta)")
-    arg("--delta", float, 0.03, help="eta-sampling delta (rules typical, eta)")
+        p.add_argument(s.flag, type=kind, default=default, choices=s.choices, help=s.help)
 
 
 def add_sampling_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """Decoding flags; with ``sweep`` block size and temperature take comma lists, --seeds several values and
-    the defaults are None (filled from a config file or the built-in defaults)."""
+    """Decoding flags (judgekit.config.DECODING); with ``sweep`` block size and temperature take comma lists,
+    --seeds several values and the defaults are None (filled from a config file or the built-in defaults)."""
     g = p.add_argument_group("decoding")
-    if sweep:
-        g.add_argument("--block-size", type=comma_list(int), help="draft tokens per step (gamma), e.g. 4,8")
-        g.add_argument("--temperature", type=comma_list(float), help="0 = greedy; e.g. 0,1.0 for both")
-        g.add_argument("--seeds", type=int, nargs="+", help="sampling seeds (greedy points use the first)")
-    else:
-        g.add_argument("--block-size", type=int, default=8, help="draft tokens per step (gamma)")
-        g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--max-new-tokens", type=int, default=None if sweep else 256,
-                   help="same default as evaluation and mining (judgekit eval, judgekit mine)")
-    if not sweep:
-        g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--no-chat-template", action="store_true", default=None if sweep else False,
-                   help="feed the prompt text as is")
+    for s in C.DECODING:
+        add_setting(g, s, sweep=sweep)
+    add_setting(g, C.SEEDS if sweep else C.SEED, sweep=sweep, nargs=True)
+
+
+def check_args(args: argparse.Namespace, settings) -> None:
+    """The values argparse parsed for these settings, checked like a config file's (ranges, choices)."""
+    C.check_given({s.key: getattr(args, s.key) for s in settings if getattr(args, s.key, None) is not None},
+                  settings)
+
+
+def add_config_arg(p: argparse.ArgumentParser) -> None:
+    """--config FILE for a command with plain flags (mine, train): a TOML/YAML file of the parser's settings by
+    destination (``max_new_tokens = 128``), checked against the flags' types and choices; a flag left at its
+    default takes the file's value. Call :func:`with_config` first thing in the command."""
+    p.add_argument("--config", help="TOML or YAML file of this command's settings (underscored flag names); "
+                                    "flags given on the command line override it")
+    p.set_defaults(config_parser=p)
+
+
+def with_config(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with its --config file applied (see add_config_arg); unchanged without one."""
+    if getattr(args, "config", None):
+        C.apply_config(args.config_parser, args, args.config)
+    return args

@@ -11,11 +11,9 @@ import math
 import os
 from pathlib import Path
 
-from judgekit.commands._args import add_model_args, comma_list
+from judgekit.commands._args import add_model_args, add_rule_args, add_rule_choice, comma_list
 from judgekit.errors import JudgekitError
 
-DEFAULT_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "speccascade", "minp",
-                 "typical", "eta"]
 
 
 def register(sub) -> None:
@@ -38,15 +36,11 @@ def register(sub) -> None:
     src.add_argument("--data-file", help="local JSONL/Parquet file of the task's problems")
     src.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (0: one-hot rows)")
     src.add_argument("--max-new-tokens", type=int, default=128)
-    rules = p.add_argument_group("rules and their parameters (comma lists sweep)")
-    rules.add_argument("--rule", nargs="+", default=DEFAULT_RULES, metavar="NAME", help="rules to analyse")
-    rules.add_argument("--lenience", type=comma_list(float), default=[0.2, 0.5, 0.8])
-    rules.add_argument("--lam", type=comma_list(float), default=[0.2, 0.5, 0.8])
-    rules.add_argument("--fuzzy-threshold", type=comma_list(float), default=[0.1, 0.5])
-    rules.add_argument("--divergence", default="kl", choices=["kl", "tv", "js"])
-    rules.add_argument("--p-base", type=comma_list(float), default=[0.1, 0.3])
-    rules.add_argument("--epsilon", type=comma_list(float), default=[0.0009, 0.009])
-    rules.add_argument("--delta", type=comma_list(float), default=[0.03])
+    from judgekit.decode.params import RULE_SPECS
+
+    analysable = [name for name, spec in RULE_SPECS.items() if not spec.needs_judge]
+    add_rule_choice(p, many=True, default=analysable, help="rules to analyse (default: all but judge)")
+    add_rule_args(p, mode="grid")
     lemma = p.add_argument_group("Lemma 1 sweep (min-p over p_base, eta over epsilon)")
     lemma.add_argument("--sweep-p-base", type=comma_list(float),
                        default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
@@ -89,18 +83,34 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
+def check_out(out: str | None) -> None:
+    """--out must be new, empty, or an earlier analysis: never a file or another stage's directory."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise JudgekitError(f"--out {out} is a file; give a directory for the analysis")
+    if path.is_dir() and any(path.iterdir()) and not (path / "analysis.json").is_file():
+        raise JudgekitError(f"--out {out} holds other files (not an earlier analysis); give a new directory")
+
+
 def run(args) -> int:
     import torch
 
     from judgekit.evaluate import analysis
     from judgekit.store.atomic import atomic_write_bytes
 
-    torch.set_num_threads(max(1, args.threads))
-    if any(d <= 0 for d in args.delta) or (args.sweep_delta is not None and args.sweep_delta <= 0):
+    from judgekit.decode.params import param_keys
+
+    check_out(args.out)
+    if args.seed < 0:
+        raise JudgekitError(f"--seed must be >= 0, got {args.seed}")
+    if args.threads < 1:
+        raise JudgekitError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    if args.sweep_delta is not None and args.sweep_delta <= 0:
         raise JudgekitError("delta values must be > 0")
-    values = {"lenience": args.lenience, "lam": args.lam, "threshold": args.fuzzy_threshold,
-              "divergence": [args.divergence], "p_base": args.p_base, "epsilon": args.epsilon,
-              "delta": args.delta}
+    values = {key: getattr(args, key) for key in param_keys() if hasattr(args, key)}
     rules = analysis.rule_grid(args.rule, values)  # validates every parameter before any model is loaded
     model_flags = [args.target, args.draft, args.task]
     if any(model_flags):

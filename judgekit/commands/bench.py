@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from judgekit.commands._args import add_model_args
+from judgekit.commands._args import add_model_args, add_rule_choice
 from judgekit.errors import JudgekitError
 
 DEFAULT_PROMPTS = [
@@ -13,10 +13,11 @@ DEFAULT_PROMPTS = [
 ]
 
 
-def _prompts_for(args, pair) -> list[list[int]]:
+def _prompts_for(args, pair, kind: str) -> list[list[int]]:
+    """``kind``: the --pair preset, or "models" for a --target/--draft pair (real text prompts)."""
     import torch  # here, not at the top: `judgekit --help` must not pay for importing torch
 
-    if args.pair in ("cpu", "qwen2.5"):
+    if kind in ("cpu", "qwen2.5"):
         g = torch.Generator().manual_seed(args.seed)
         return [torch.randint(0, pair.vocab_size, (args.prompt_len,), generator=g).tolist()
                 for _ in range(args.prompts)]
@@ -41,18 +42,19 @@ def run_decode(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    kind = args.pair
     if args.target or args.draft:
         if not (args.target and args.draft):
             raise JudgekitError("give both --target and --draft (or neither, with --pair)")
         pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
-        args.pair = "models"
+        kind = "models"
     elif args.pair == "pocket":
         pair = load_model_pair("pocket-target", "pocket-draft", args.device, args.dtype)
     elif args.pair == "cpu":
         pair = synthetic_pair("cpu-target", "cpu-draft", args.agreement, args.device, args.dtype)
     else:
         pair = synthetic_pair("qwen2.5-7b", "qwen2.5-0.5b", args.agreement, args.device, args.dtype)
-    prompts = _prompts_for(args, pair)
+    prompts = _prompts_for(args, pair, kind)
     if args.batch_size < 1:
         raise JudgekitError(f"--batch-size must be >= 1, got {args.batch_size}")
     timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats,
@@ -167,7 +169,7 @@ def register(sub) -> None:
                                          "one process and prints aggregate tokens/s, the ratio to the first "
                                          "batch size, and whether the greedy records are identical.")
     _add_task_args(e, split="test", problems=64)
-    e.add_argument("--rule", nargs="+", default=["lossless"], help="rules to evaluate (default parameters)")
+    add_rule_choice(e, many=True, default=["lossless"], help="rules to evaluate at their default parameters")
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--block-size", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=256)

@@ -1,7 +1,8 @@
 """`judgekit demo`: mine -> train -> evaluate on the embedded pocket world (no downloads, a few minutes on CPU).
 
-Each stage is the real one: `mine_to_dir` (what `judgekit mine` runs), `judgekit train`, and `judgekit eval` with
-the sweep of judgekit/configs/pocket-demo.toml, so the demo is the pipeline a user runs on a real pair, shrunk.
+Each stage is the real one, called as a library: `mine_to_dir` (what `judgekit mine` runs), the judge training
+`judgekit train` runs, and `judgekit eval`'s job (judgekit.evaluate.job) with the sweep of
+judgekit/configs/pocket-demo.toml, so the demo is the pipeline a user runs on a real pair, shrunk.
 """
 
 from __future__ import annotations
@@ -24,12 +25,22 @@ def _mix_label(mix: str) -> str:
     return "judge-" + mix.replace(":", "to")
 
 
+def train_judge(mined: list[str], mix: str, out: Path, epochs: int) -> None:
+    """One judge on the mined directories at a math:code mix, with `judgekit train`'s defaults on one CPU."""
+    from judgekit.judge import data as jd
+    from judgekit.judge import train as tj
+
+    sources, split, spec = jd.prepare(mined)
+    selection = jd.select(sources, split, mix, jd.parse_mix(mix, len(sources)), None, "problems")
+    cfg = tj.TrainConfig(max_epochs=epochs, accelerator="cpu", devices=1, progress=False)
+    tj.train_one(jd.build_data(sources, selection, spec), cfg, out)
+
+
 def run(args) -> int:
     import torch
 
-    from judgekit.cli import build_parser
-    from judgekit.cli import main as cli_main
-    from judgekit.commands import eval as eval_cmd
+    from judgekit.evaluate import job as eval_job
+    from judgekit.evaluate.summary import summary_markdown
     from judgekit.mine.miner import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
     from judgekit.store.stats import dir_stats
@@ -80,11 +91,10 @@ def run(args) -> int:
     for mix in mixes:
         judge_dir = out / "judges" / _mix_label(mix)
         if not (judge_dir / "judge_config.json").exists():
-            # In-process `judgekit train`; a refusal (e.g. too few mismatches mined) is reported, not fatal.
-            code = cli_main(["train", "--data", *mined, "--mix", mix, "--out", str(judge_dir), "--quiet",
-                             "--accelerator", "cpu", "--devices", "1", "--max-epochs", str(args.train_epochs)])
-            if code != 0:
-                print(f"   the {mix} judge was not trained (see the error above); evaluating without it "
+            try:  # a refusal (e.g. too few mismatches mined) is reported, not fatal
+                train_judge(mined, mix, judge_dir, args.train_epochs)
+            except JudgekitError as err:
+                print(f"   judgekit: error: {err}\n   the {mix} judge was not trained; evaluating without it "
                       "(mine more problems: --mine-problems)", flush=True)
                 continue
         judges.append(str(judge_dir))
@@ -95,16 +105,15 @@ def run(args) -> int:
         kept = [{**s, "rule": [r for r in s["rule"] if r != "judge"]} for s in sweeps]
         return [s for s in kept if s["rule"]]
 
-    parser = build_parser()
     for i, name in enumerate(tasks, 3):
         stage(i, f"evaluating on {args.problems} held-out {name} problems: lossless, lenience, CoS, the judges "
                  "(percentile thresholds), speccascade/minp, typical/eta; greedy and sampled")
-        eval_args = parser.parse_args([
-            "eval", "--config", str(demo_config()), "--task", name, *(["--judge", *judges] if judges else []),
-            "--limit", str(args.problems), "--out", str(out / "eval" / name), "--max-new-tokens",
-            str(args.max_new_tokens), "--batch-size", str(args.batch_size), "--title", f"{name} (pocket world)",
-            *(["--quiet"] if args.quiet else [])])
-        eval_cmd.run(eval_args, pair=pair, sweep_filter=drop_judge)
+        given = {"task": name, "limit": args.problems, "out": str(out / "eval" / name),
+                 "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+                 "title": f"{name} (pocket world)", **({"judge": judges} if judges else {})}
+        job = eval_job.prepare(str(demo_config()), given, sweep_filter=drop_judge)
+        rows = eval_job.run(job, pair=pair, quiet=args.quiet)
+        print(summary_markdown(rows, given["title"]))
     print(f"\n== done in {time.perf_counter() - start:.0f}s. Plots: "
           + ", ".join(str(p) for p in sorted((out / "eval").glob("*/*.png"))))
     print(f"   compare tasks: judgekit plot {' '.join(str(out / 'eval' / t) for t in tasks)} --out cmp.png")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
+from judgekit import config as C
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args, check_args
 from judgekit.errors import JudgekitError
 
 
@@ -14,22 +15,18 @@ def build_rule(args):
     Cheap and before the models load, so a bad flag fails fast; :func:`judgekit.judge.head.bind_rule` then checks
     the judge against the loaded pair and moves it to the pair's device.
     """
-    from judgekit.decode.rules import RULES, make_rule
+    from judgekit.decode.params import rule_spec
+    from judgekit.decode.rules import make_rule
 
-    if args.rule not in RULES:
-        raise JudgekitError(f"unknown rule {args.rule!r}; choose from {', '.join(RULES)}")
-    params = dict(lenience=args.lenience, lam=args.lam, divergence=args.divergence,
-                  p_base=args.p_base, epsilon=args.epsilon, delta=args.delta)
-    if args.rule == "fuzzy":
-        params["threshold"] = args.fuzzy_threshold
-    if args.rule == "judge":
+    spec = rule_spec(args.rule)
+    params = {p.name: getattr(args, p.key) for p in spec.params}
+    if spec.needs_judge:
         if not args.judge:
             raise JudgekitError("rule judge needs --judge PATH (a trained judge directory)")
-        from judgekit.evaluate.sweep import resolve_threshold
-        from judgekit.judge.head import load_judge
+        from judgekit.evaluate.sweep import load_judge_once, resolve_threshold
 
-        judge = load_judge(args.judge)
-        params.update(judge=judge, threshold=resolve_threshold(judge, args.judge_threshold))
+        judge, _ = load_judge_once(args.judge, {})
+        params.update(judge=judge, threshold=resolve_threshold(judge, params["threshold"]))
     return make_rule(args.rule, **params)
 
 
@@ -37,16 +34,20 @@ def run(args) -> int:
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.decode.sampling import SamplingConfig
     from judgekit.judge.head import bind_rule
-    from judgekit.models import load_model_pair
+    from judgekit.models import encode_prompt, format_prompt, load_model_pair
 
+    check_args(args, C.DECODING)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    longest = max(len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, text, args.chat_template)))
+                  for text in args.prompt)
+    C.check_positions(pair, args.max_new_tokens, longest)
     rule = bind_rule(rule, pair)
     # The decoder reads the judge's layer and features from the judge's own config.
     decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling)
     gens = decoder.generate(args.prompt, args.max_new_tokens, tuple(args.stop or ()), args.seed,
-                            chat_template=not args.no_chat_template)
+                            chat_template=args.chat_template)
     if args.json:
         payload = [g.to_dict() for g in gens]
         print(json.dumps(payload[0] if len(payload) == 1 else payload))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import time
 
-from judgekit.commands._args import add_model_args, add_task_args, task_options
+from judgekit.commands._args import add_config_arg, add_model_args, add_task_args, with_config
+from judgekit.config import task_options
+from judgekit.distributed import distributed_env, rank_device
 from judgekit.errors import JudgekitError
 
 
@@ -17,16 +19,6 @@ def parse_layers(text: str) -> tuple[int, ...]:
     if not layers or len(set(layers)) != len(layers):
         raise JudgekitError(f"--layers needs distinct layer indexes; got {text!r}")
     return layers
-
-
-def distributed_env() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as set by torchrun or any launcher that exports RANK/WORLD_SIZE."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", str(rank)))
-    if not 0 <= rank < world:
-        raise JudgekitError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
-    return rank, world, local
 
 
 def process_started() -> float:
@@ -46,6 +38,7 @@ def process_started() -> float:
 
 def run(args) -> int:
     started = process_started()
+    args = with_config(args)
     import torch
 
     from judgekit.mine.miner import MineConfig, mine_to_dir
@@ -66,10 +59,7 @@ def run(args) -> int:
     if args.split is None:  # train where the task has one, else its first split (bfcl, include: test)
         args.split = "train" if "train" in task.splits else task.splits[0]
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
-    device = args.device
-    if device == "auto" and world > 1:
-        device = f"cuda:{local % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
-    pair = load_model_pair(args.target, args.draft, device, args.dtype)
+    pair = load_model_pair(args.target, args.draft, rank_device(args.device, world, local), args.dtype)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
@@ -91,6 +81,7 @@ def register(sub) -> None:
     p = sub.add_parser("mine", help="label draft/target mismatches by counterfactual substitution",
                        description="Semi-greedy counterfactual mining (AutoJudge) with hidden-state features. "
                                    "Resumable (--resume) and sharded across ranks under torchrun.")
+    add_config_arg(p)
     p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
     add_model_args(p)
     p.add_argument("--out", required=True, help="output directory of Parquet shards")

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from judgekit.commands._args import add_task_args, task_options
+from judgekit.commands._args import add_task_args
+from judgekit.config import task_options
 from judgekit.errors import JudgekitError
 
 MAX_REFERENCE_CHARS = 600

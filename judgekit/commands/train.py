@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from judgekit.commands._args import add_config_arg, with_config
 from judgekit.errors import JudgekitError
 
 
@@ -22,6 +23,7 @@ def _config(args):
 
 
 def run(args) -> int:
+    args = with_config(args)
     from judgekit.judge import data as jd
     from judgekit.judge import train as tj
     if args.budget is not None and args.budget < 1:
@@ -70,6 +72,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a judge head on mined mismatches (mixture-ratio control)",
                        description="Train a judge head (Lightning) on the Parquet shards written by `judgekit mine`. "
                                    "The split is by problem; --mix sets each source's share of a fixed budget.")
+    add_config_arg(p)
     p.add_argument("--data", nargs="+", required=True, metavar="DIR[,DIR...]",
                    help="one source per argument: a mining directory, or several of one task joined by commas")
     p.add_argument("--out", required=True, help="judge directory (with --mix-sweep: a directory of judges)")

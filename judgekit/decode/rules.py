@@ -22,13 +22,15 @@ with p and q themselves otherwise. The decoder has no rule-specific branches: it
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor
 
+from judgekit.decode import params as P
+from judgekit.decode.params import rule_field
 from judgekit.errors import JudgekitError
 
 _EPS = 1e-12
@@ -100,8 +102,19 @@ class Rule:
     def induced(self, p: Tensor, q: Tensor, ctx: RuleContext) -> Tensor:
         return p
 
+    @classmethod
+    def param_fields(cls) -> list[dataclasses.Field]:
+        """The dataclass fields that are rule parameters (declared in judgekit.decode.params)."""
+        if not dataclasses.is_dataclass(cls):
+            return []
+        return [f for f in dataclasses.fields(cls) if "param" in f.metadata]
+
+    def __post_init__(self) -> None:
+        for f in self.param_fields():
+            f.metadata["param"].check(getattr(self, f.name))
+
     def describe(self) -> dict:
-        return {"rule": self.name}
+        return {"rule": self.name, **{f.name: getattr(self, f.name) for f in self.param_fields()}}
 
 
 class Lossless(Rule):
@@ -112,12 +125,8 @@ class Lossless(Rule):
 class Lenience(Rule):
     """h = min(1, p / (l q)); the paper's eq. 10 gives the induced distribution."""
 
-    lenience: float = 1.0
+    lenience: float = rule_field(P.LENIENCE)
     name: ClassVar[str] = "lenience"
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.lenience <= 1.0:
-            raise JudgekitError(f"lenience must be in (0, 1], got {self.lenience}")
 
     def acceptance(self, p, q, x, ctx):
         return _ratio(_gather(p, x) / self.lenience, _gather(q, x)).clamp(max=1.0)
@@ -131,20 +140,13 @@ class Lenience(Rule):
         under = delta * p + (1 - delta) * q
         return torch.where(q <= p, under, torch.minimum(q, p / ell))
 
-    def describe(self):
-        return {"rule": self.name, "lenience": self.lenience}
-
 
 @dataclass
 class CoS(Rule):
     """Interpolation (CoS / DIVERSED): verify against nu = lam p + (1 - lam) q; eq. 8 gives P = nu."""
 
-    lam: float = 1.0
+    lam: float = rule_field(P.LAM)
     name: ClassVar[str] = "cos"
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.lam <= 1.0:
-            raise JudgekitError(f"lambda must be in [0, 1], got {self.lam}")
 
     def _nu(self, p, q):
         return self.lam * p + (1 - self.lam) * q
@@ -157,9 +159,6 @@ class CoS(Rule):
 
     def induced(self, p, q, ctx):
         return self._nu(p, q)
-
-    def describe(self):
-        return {"rule": self.name, "lam": self.lam}
 
 
 @dataclass
@@ -174,12 +173,7 @@ class _CoSAblation(Rule):
     exactly nu'. Both reduce to lossless at lam = 1 (f = p there, Z = 1).
     """
 
-    lam: float = 1.0
-
-    def __post_init__(self) -> None:
-        # p / lam appears in both formulas, so lam = 0 (pure draft) is not allowed here, unlike plain CoS.
-        if not 0.0 < self.lam <= 1.0:
-            raise JudgekitError(f"lambda must be in (0, 1], got {self.lam}")
+    lam: float = rule_field(P.LAM_POSITIVE)  # p / lam appears in both formulas: lam = 0 is not allowed
 
     def piecewise(self, p: Tensor, q: Tensor) -> Tensor:
         """Table 1's unnormalised formula f."""
@@ -196,9 +190,6 @@ class _CoSAblation(Rule):
 
     def induced(self, p, q, ctx):
         return self._target(p, q)
-
-    def describe(self):
-        return {"rule": self.name, "lam": self.lam}
 
 
 @dataclass
@@ -240,23 +231,18 @@ def divergence(p: Tensor, q: Tensor, kind: str) -> Tensor:
     if kind == "js":
         m = 0.5 * (p + q)
         return 0.5 * divergence(p, m, "kl") + 0.5 * divergence(q, m, "kl")
-    raise JudgekitError(f"unknown divergence {kind!r}; use kl, tv or js")
+    P.DIVERGENCE.check(kind)  # raises: an unknown divergence
+    raise AssertionError(kind)
 
 
 @dataclass
 class Fuzzy(Rule):
     """Fuzzy SD: accept the draft outright where D(p, q) < T, else verify losslessly (P = q or p)."""
 
-    threshold: float = 0.0
-    divergence: str = "kl"
+    threshold: float = rule_field(P.FUZZY_THRESHOLD)
+    divergence: str = rule_field(P.DIVERGENCE)
     name: ClassVar[str] = "fuzzy"
     needs_shape: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        if self.divergence not in ("kl", "tv", "js"):
-            raise JudgekitError(f"unknown divergence {self.divergence!r}; use kl, tv or js")
-        if not self.threshold >= 0.0 or math.isnan(self.threshold):
-            raise JudgekitError(f"fuzzy threshold must be >= 0, got {self.threshold}")
 
     def _gate(self, p, q, ctx) -> Tensor:
         ps, qs = ctx.shapes(p, q)
@@ -269,9 +255,6 @@ class Fuzzy(Rule):
     def induced(self, p, q, ctx):
         return torch.where(self._gate(p, q, ctx).unsqueeze(-1), q, p)
 
-    def describe(self):
-        return {"rule": self.name, "threshold": self.threshold, "divergence": self.divergence}
-
 
 @dataclass
 class Judge(Rule):
@@ -282,15 +265,14 @@ class Judge(Rule):
     """
 
     judge: JudgeFn | None = None
-    threshold: float = 0.5
+    threshold: float = rule_field(P.JUDGE_THRESHOLD)
     name: ClassVar[str] = "judge"
     needs_hidden: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.judge is None:
             raise JudgekitError("the judge rule needs a trained judge (--judge PATH)")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise JudgekitError(f"judge threshold must be in [0, 1], got {self.threshold}")
+        super().__post_init__()
 
     def verdict(self, hidden: Tensor, tokens: Tensor, draft_hidden: Tensor | None = None) -> Tensor:
         if draft_hidden is None:  # plain judge functions take (hidden, tokens)
@@ -314,9 +296,6 @@ class Judge(Rule):
         delta = torch.where(r > _EPS, r_j / r.clamp_min(_EPS), torch.zeros_like(r)).unsqueeze(-1)
         over = torch.where(j > 0, q, p)
         return torch.where(q <= p, delta * p + (1 - delta) * q, over)
-
-    def describe(self):
-        return {"rule": self.name, "threshold": self.threshold}
 
 
 def minp_set(p: Tensor, p_base: float) -> Tensor:
@@ -400,35 +379,19 @@ class _MatchedTruncation(_Truncation):
 
 @dataclass
 class _MinP:
-    p_base: float = 0.1
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.p_base < 1.0:
-            raise JudgekitError(f"p_base must be in (0, 1), got {self.p_base}")
+    p_base: float = rule_field(P.P_BASE)
 
     def allowed(self, shape: Tensor) -> Tensor:
         return minp_set(shape, self.p_base)
 
-    def describe(self):
-        return {"rule": self.name, "p_base": self.p_base}
-
 
 @dataclass
 class _Eta:
-    epsilon: float = 0.0009
-    delta: float = 0.03
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.epsilon < 1.0:
-            raise JudgekitError(f"epsilon must be in (0, 1), got {self.epsilon}")
-        if not self.delta > 0.0:
-            raise JudgekitError(f"delta must be > 0, got {self.delta}")
+    epsilon: float = rule_field(P.EPSILON)
+    delta: float = rule_field(P.DELTA)
 
     def allowed(self, shape: Tensor) -> Tensor:
         return eta_set(shape, self.epsilon, self.delta)
-
-    def describe(self):
-        return {"rule": self.name, "epsilon": self.epsilon, "delta": self.delta}
 
 
 @dataclass
@@ -451,25 +414,14 @@ class Eta(_Eta, _MatchedTruncation):
     name: ClassVar[str] = "eta"
 
 
-RULES: dict[str, type[Rule]] = {
-    "lossless": Lossless,
-    "lenience": Lenience,
-    "cos": CoS,
-    "cos-adaptive": CoSAdaptive,
-    "cos-ceiling": CoSCeiling,
-    "fuzzy": Fuzzy,
-    "judge": Judge,
-    "speccascade": SpecCascade,
-    "typical": Typical,
-    "minp": MinP,
-    "eta": Eta,
-}
+# In judgekit.decode.params' order (its RULE_NAMES are what the CLI offers without importing torch).
+RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Lossless, Lenience, CoS, CoSAdaptive, CoSCeiling, Fuzzy,
+                                                         Judge, SpecCascade, Typical, MinP, Eta)}
 
 
 def make_rule(name: str, **params) -> Rule:
     """Build a rule by its CLI name; parameters not used by that rule are ignored."""
-    if name not in RULES:
-        raise JudgekitError(f"unknown rule {name!r}; choose from {', '.join(RULES)}")
+    P.rule_spec(name)  # an unknown name lists the rules
     cls = RULES[name]
     fields = getattr(cls, "__dataclass_fields__", {})
     return cls(**{k: v for k, v in params.items() if k in fields and v is not None})

@@ -34,21 +34,6 @@ from judgekit.decode.rules import (
     minp_set,
 )
 
-# Parameters each rule is swept over (CLI flag -> rule field); judge needs a trained judge and is not here.
-RULE_PARAMS: dict[str, tuple[str, ...]] = {
-    "lossless": (),
-    "lenience": ("lenience",),
-    "cos": ("lam",),
-    "cos-adaptive": ("lam",),
-    "cos-ceiling": ("lam",),
-    "fuzzy": ("threshold", "divergence"),
-    "speccascade": ("p_base",),
-    "minp": ("p_base",),
-    "typical": ("epsilon", "delta"),
-    "eta": ("epsilon", "delta"),
-}
-
-
 @dataclass
 class Pairs:
     """Rows of target and draft distributions, [n, V] each, with the shapes truncation/fuzzy decide on."""
@@ -200,15 +185,16 @@ def lemma1_sweep(pairs: Pairs, p_bases: list[float], epsilons: list[float],
 
 
 def rule_grid(names: list[str], values: dict[str, list]) -> list[Rule]:
-    """Every rule named, once per combination of its own parameters' values (rules ignore the others)."""
+    """Every rule named, once per combination of its own parameters' values (``values`` by sweep key, e.g.
+    fuzzy_threshold; rules ignore the others' keys). Rules that need a trained judge are not analysable."""
+    from judgekit.decode.params import RULE_SPECS, combinations, rule_spec
+
+    analysable = [n for n, s in RULE_SPECS.items() if not s.needs_judge]
     rules = []
     for name in names:
-        if name not in RULE_PARAMS:
-            raise JudgekitError(f"rule {name!r} cannot be analysed here; choose from {', '.join(RULE_PARAMS)}")
-        combos: list[dict] = [{}]
-        for param in RULE_PARAMS[name]:
-            combos = [dict(c, **{param: v}) for c in combos for v in values[param]]
-        rules += [make_rule(name, **c) for c in combos]
+        if name not in RULE_SPECS or rule_spec(name).needs_judge:
+            raise JudgekitError(f"rule {name!r} cannot be analysed here; choose from {', '.join(analysable)}")
+        rules += [make_rule(name, **c) for c in combinations(name, values)]
     return rules
 
 

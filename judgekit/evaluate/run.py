@@ -1,66 +1,15 @@
-"""Evaluating verification rules on a task: decoding, grading, per-problem records and summaries.
-
-`evaluate_rule` scores one rule on a list of problems in memory; `Sweep` / `run_eval` / `summarize` are the
-machinery of `judgekit eval` (a sweep of rule parameters, temperatures and seeds, recorded per problem in
-Parquet via :mod:`judgekit.store.records`, resumable and sharded across ranks, summarised with 95 % intervals).
-"""
+"""The run loop of `judgekit eval`: decode each (point, problem) pair not yet recorded, grade it on worker
+threads, and commit records in Parquet via :mod:`judgekit.store.records` (resumable, sharded across ranks)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from judgekit.decode.decoder import SpeculativeDecoder
-from judgekit.decode.generation import GenerationStats
 from judgekit.decode.sampling import SamplingConfig
 from judgekit.errors import JudgekitError
-from judgekit.evaluate.sweep import EvalPoint, EvalSettings
+from judgekit.evaluate.sweep import EvalPoint, EvalSettings, rule_kwargs
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.decode.rules import Rule
 from judgekit.tasks.base import Problem, Task
-
-
-@dataclass
-class RuleScore:
-    rule: str
-    problems: int
-    correct: int
-    stats: GenerationStats
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.problems if self.problems else 0.0
-
-    def row(self) -> dict:
-        return {"rule": self.rule, "problems": self.problems, "accuracy": self.accuracy,
-                "block_efficiency": self.stats.block_efficiency, "tokens_per_s": self.stats.tokens_per_s,
-                "new_tokens": self.stats.new_tokens}
-
-
-def evaluate_rule(pair: ModelPair, task: Task, problems: list[Problem], rule: Rule, label: str,
-                  sampling: SamplingConfig | None = None, block_size: int = 8, max_new_tokens: int = 256,
-                  seed: int = 0, chat_template: bool = True, batch_size: int = 1) -> RuleScore:
-    """``batch_size`` > 1 decodes that many problems in lockstep (fast path); problem i is seeded seed + i
-    either way, so greedy results do not depend on the batch size."""
-    decoder = SpeculativeDecoder(pair, rule, block_size, sampling)
-    correct, stats = 0, []
-    prompts = [encode_prompt(pair.tokenizer, task.build_prompt(p, pair.tokenizer, chat_template=chat_template))
-               for p in problems]
-    seeds = [seed + i for i in range(len(problems))]
-    if batch_size > 1:
-        gens = decoder.generate_batch(prompts, max_new_tokens, task.stop_strings, seeds, batch_size=batch_size)
-    else:
-        gens = [decoder.generate_ids(ids, max_new_tokens, task.stop_strings, s) for ids, s in zip(prompts, seeds)]
-    for problem, gen in zip(problems, gens):
-        correct += bool(task.grade(problem, task.extract_outcome(problem, gen.text)))
-        stats.append(gen.stats)
-    return RuleScore(label, len(problems), correct, GenerationStats.merge(stats))
-
-
-def format_table(scores: list[RuleScore]) -> str:
-    lines = [f"{'rule':<34}{'accuracy':>10}{'BE':>7}{'tokens/s':>10}", "-" * 61]
-    lines += [f"{s.rule:<34}{s.accuracy:>10.1%}{s.stats.block_efficiency:>7.2f}{s.stats.tokens_per_s:>10.1f}"
-              for s in scores]
-    return "\n".join(lines)
 
 
 def problem_seed(seed: int, problem_id: str) -> int:
@@ -71,17 +20,12 @@ def problem_seed(seed: int, problem_id: str) -> int:
 
 
 def _build_rule(point: EvalPoint, pair: ModelPair, judges: dict) -> Rule:
-    """The point's rule; a judge is loaded once per directory, then checked against the pair and placed."""
-    from judgekit.judge.head import bind_rule, load_judge
+    """The point's rule; a judge is loaded once per directory (``judges`` caches), checked against the pair
+    and placed on its device."""
+    from judgekit.judge.head import bind_rule
     from judgekit.decode.rules import make_rule
 
-    params = {k: v for k, v in point.params.items() if k not in ("threshold_name", "judge_sha")}
-    if point.rule == "judge":
-        path = params["judge"]
-        if path not in judges:
-            judges[path] = load_judge(path)
-        params["judge"] = judges[path]
-    return bind_rule(make_rule(point.rule, **params), pair)
+    return bind_rule(make_rule(point.rule, **rule_kwargs(point.params, judges)), pair)
 
 
 def point_record(task: Task, problem: Problem, point: EvalPoint, gen) -> dict:
@@ -123,7 +67,7 @@ class _Grading:
 
 def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
              settings: EvalSettings, out_dir: str, rank: int = 0, world_size: int = 1, flush_every: int = 16,
-             progress=None, batch_size: int = 1, grade_workers: int = 4) -> dict:
+             progress=None, batch_size: int = 1, grade_workers: int = 4, judges: dict | None = None) -> dict:
     """Evaluate this rank's share of the (point, problem) pairs not yet in out_dir; returns counts.
 
     Pairs are enumerated point-major and dealt round-robin to ranks, so each rank holds a slice of every point
@@ -132,6 +76,7 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     problem's place taken by the next (continuous batching); records are committed every ``flush_every``
     finished problems. Every problem keeps its own seed, so greedy records do not depend on the batch size
     (tested). Grading (for code: sandboxed test runs) happens on ``grade_workers`` threads while decoding goes on.
+    ``judges``: the judges already read while expanding the sweep (Sweep.points), so none is read twice.
     """
     import time as _time
     from concurrent.futures import ThreadPoolExecutor
@@ -146,7 +91,7 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     mine = [(pi, qi) for i, (pi, qi) in enumerate(pairs) if i % world_size == rank]
     todo = [(pi, qi) for pi, qi in mine if (points[pi].key, problems[qi].problem_id) not in done]
     prompts: dict[int, list[int]] = {}
-    judges: dict = {}
+    judges = {} if judges is None else judges
     by_point: dict[int, list[int]] = {}
     for pi, qi in todo:
         by_point.setdefault(pi, []).append(qi)

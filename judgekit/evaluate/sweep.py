@@ -8,32 +8,6 @@ from dataclasses import dataclass, field
 from judgekit.errors import JudgekitError
 
 
-# ----------------------------------------------------------------------------------------------------------
-# `judgekit eval`: a sweep of (rule, parameters, temperature, block size, seed) points over a task's problems,
-# per-problem records on disk (judgekit.store.records), and a summary with 95 % intervals.
-
-# Sweep keys holding rule parameters, and the rule field each one feeds ("threshold" depends on the rule).
-RULE_PARAM_KEYS = ("lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base", "epsilon",
-                   "delta")
-_FIELD_KEY = {"threshold": {"fuzzy": "fuzzy_threshold", "judge": "judge_threshold"}}
-
-
-def rule_param_fields(rule: str) -> list[str]:
-    """The rule's numeric/string parameters (dataclass fields, without the judge object)."""
-    import dataclasses
-
-    from judgekit.decode.rules import RULES
-
-    cls = RULES[rule]
-    if not dataclasses.is_dataclass(cls):
-        return []
-    return [f.name for f in dataclasses.fields(cls) if f.name != "judge"]
-
-
-def _sweep_key(rule: str, field_name: str) -> str:
-    return _FIELD_KEY.get(field_name, {}).get(rule, field_name)
-
-
 def resolve_threshold(judge, value: float | str) -> float:
     """A judge threshold given as a number, or by the name of one saved in the judge's config (p20, recall90)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -45,19 +19,22 @@ def resolve_threshold(judge, value: float | str) -> float:
     return float(saved[value])
 
 
-def _judge_digest(path: str) -> str:
-    import hashlib
-    from pathlib import Path
+def load_judge_once(path: str, judges: dict) -> tuple[object, str]:
+    """(judge, weights digest) of a judge directory, read from disk the first time only (``judges`` caches).
 
-    from judgekit.judge.head import WEIGHTS_NAME
+    The digest is that of the judge's weights serialised the way `judgekit train` saves them (for a saved
+    judge: the bytes of its weights file), so it is computed from the loaded judge without a second read."""
+    if path not in judges:
+        import hashlib
 
-    return hashlib.sha1((Path(path) / WEIGHTS_NAME).read_bytes()).hexdigest()[:12]
+        from safetensors.torch import save
 
+        from judgekit.judge.head import load_judge
 
-def _judge_config(path: str) -> dict:
-    from judgekit.judge.head import load_judge
-
-    return load_judge(path).config
+        judge = load_judge(path)  # a missing or corrupt judge fails clearly here
+        blob = save({k: v.contiguous().float().cpu() for k, v in judge._tensors().items()})
+        judges[path] = (judge, hashlib.sha1(blob).hexdigest()[:12])
+    return judges[path]
 
 
 @dataclass
@@ -88,12 +65,10 @@ class EvalPoint:
         return self._key(False)
 
 
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def point_label(rule: str, params: dict) -> str:
     from pathlib import Path
+
+    from judgekit.decode.params import label_part
 
     parts = []
     for k, v in params.items():
@@ -104,7 +79,7 @@ def point_label(rule: str, params: dict) -> str:
         elif k == "threshold" and "threshold_name" in params:
             parts.append(f"t={params['threshold_name']}({v:.3g})")
         else:
-            parts.append(f"{k}={_fmt(v)}")
+            parts.append(label_part(k, v))
     return " ".join([rule, *parts])
 
 
@@ -113,31 +88,26 @@ class Sweep:
     """What to evaluate: rules, lists of parameter values (every combination a rule uses), judges, decoding."""
 
     rules: list[str]
-    values: dict = field(default_factory=dict)  # RULE_PARAM_KEYS -> list of values
+    values: dict = field(default_factory=dict)  # rule parameter sweep keys -> list of values
     judges: list[str] = field(default_factory=list)
     temperatures: list[float] = field(default_factory=lambda: [0.0])
     block_sizes: list[int] = field(default_factory=lambda: [8])
     seeds: list[int] = field(default_factory=lambda: [0])
 
-    def points(self) -> list[EvalPoint]:
-        import itertools
+    def points(self, loaded: dict | None = None) -> list[EvalPoint]:
+        """Every point; ``loaded`` caches the judges read (path -> (judge, digest)) for the run to reuse."""
+        from judgekit.decode.params import combinations, rule_spec
 
-        from judgekit.decode.rules import RULES
-
+        loaded = {} if loaded is None else loaded
         out: list[EvalPoint] = []
         for rule in self.rules:
-            if rule not in RULES:
-                raise JudgekitError(f"unknown rule {rule!r}; choose from {', '.join(RULES)}")
-            names = rule_param_fields(rule)
-            lists = [[(n, v) for v in self.values.get(_sweep_key(rule, n), [])] for n in names]
-            lists = [opts for opts in lists if opts]  # a parameter without values keeps the rule's default
-            combos = [dict(c) for c in itertools.product(*lists)]
-            if rule == "judge":
+            combos = combinations(rule, self.values)
+            if rule_spec(rule).needs_judge:
                 if not self.judges:
                     raise JudgekitError("rule judge needs --judge DIR (one or more trained judge directories)")
-                combos = [self._judge_params(j, c) for j in self.judges for c in combos]
+                combos = [self._judge_params(j, c, loaded) for j in self.judges for c in combos]
             for params in combos:
-                self._check(rule, params)
+                self._check(rule, params, loaded)
                 for temp in self.temperatures:
                     # Greedy decoding does not depend on the seed: one seed is enough.
                     for seed in (self.seeds[:1] if temp == 0 else self.seeds):
@@ -148,25 +118,32 @@ class Sweep:
         return list(unique.values())
 
     @staticmethod
-    def _judge_params(path: str, combo: dict) -> dict:
-        config = _judge_config(path)  # loads and checks the judge: a missing or corrupt one fails clearly here
+    def _judge_params(path: str, combo: dict, loaded: dict) -> dict:
+        from judgekit.decode.params import JUDGE_THRESHOLD as T
+
+        judge, digest = load_judge_once(str(path), loaded)
         # The weights' digest is part of the point: a judge retrained in place is a new point, never resumed.
-        params = {"judge": str(path), "judge_sha": _judge_digest(path)}
-        spec = combo.get("threshold", 0.5)
-        params["threshold"] = resolve_threshold(config, spec)
+        params = {"judge": str(path), "judge_sha": digest}
+        spec = combo.get(T.name, T.default)
+        params[T.name] = resolve_threshold(judge, spec)
         if isinstance(spec, str):
             params["threshold_name"] = spec
-        return {**{k: v for k, v in combo.items() if k != "threshold"}, **params}
+        return {**{k: v for k, v in combo.items() if k != T.name}, **params}
 
     @staticmethod
-    def _check(rule: str, params: dict) -> None:
-        """Build the rule once (with a stand-in judge) so a bad parameter fails before any model loads."""
+    def _check(rule: str, params: dict, loaded: dict) -> None:
+        """Build the rule once (with its loaded judge) so a bad parameter fails before any model loads."""
         from judgekit.decode.rules import make_rule
 
-        p = {k: v for k, v in params.items() if k not in ("threshold_name", "judge_sha")}
-        if rule == "judge":
-            p["judge"] = lambda h, t: h
-        make_rule(rule, **p)
+        make_rule(rule, **rule_kwargs(params, loaded))
+
+
+def rule_kwargs(params: dict, loaded: dict) -> dict:
+    """A point's params as rule arguments: the judge directory replaced by the judge loaded from it."""
+    kwargs = {k: v for k, v in params.items() if k not in ("threshold_name", "judge_sha")}
+    if "judge" in kwargs:
+        kwargs["judge"] = load_judge_once(kwargs["judge"], loaded)[0]
+    return kwargs
 
 
 @dataclass(frozen=True)
@@ -188,3 +165,50 @@ class EvalSettings:
         import dataclasses
 
         return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Settings of a `judgekit eval` run: built-in defaults < config file < command line (judgekit.config declares
+# every key once, for both).
+
+
+def resolve_eval(config_path: str | None, given: dict) -> tuple[dict, list[dict]]:
+    """(run settings, sweeps), every value checked. ``given``: the values set on the command line (by key)."""
+    from judgekit.config import EVAL_RUN, check_given, eval_sweep_settings, load_eval_config
+
+    sweep_settings = eval_sweep_settings()
+    config = load_eval_config(config_path) if config_path else {}
+    given = check_given(given, (*EVAL_RUN, *sweep_settings))
+    run_keys = {s.key for s in EVAL_RUN}
+    run = {s.key: s.default for s in EVAL_RUN}
+    run.update({k: v for k, v in config.items() if k in run_keys})
+    run.update({k: v for k, v in given.items() if k in run_keys})
+    for key in ("task", "target", "draft", "out"):
+        if not run.get(key):
+            raise JudgekitError(f"--{key} is required (on the command line or in the config file)")
+    top = {k: v for k, v in config.items() if k not in run_keys and k != "sweep"}
+    over = {k: v for k, v in given.items() if k not in run_keys}
+    sweeps = []
+    for entry in config.get("sweep") or [{}]:
+        s = {**top, **entry, **over}
+        if not s.get("rule"):
+            raise JudgekitError("--rule is required (one or more rule names, on the command line or in the config)")
+        for setting in sweep_settings:
+            if setting.default is not None:
+                s.setdefault(setting.key, [setting.default])
+        sweeps.append(s)
+    return run, sweeps
+
+
+def build_points(sweeps: list[dict], loaded: dict | None = None) -> list[EvalPoint]:
+    """The points of every sweep, each once (``loaded`` caches the judges read, as in Sweep.points)."""
+    from judgekit.decode.params import param_keys
+
+    loaded = {} if loaded is None else loaded
+    points: list[EvalPoint] = []
+    for s in sweeps:
+        sweep = Sweep(rules=list(s["rule"]), values={k: list(s[k]) for k in param_keys() if k in s},
+                      judges=[str(j) for j in s.get("judge") or []], temperatures=list(s["temperature"]),
+                      block_sizes=list(s["block_size"]), seeds=list(s["seeds"]))
+        points.extend(sweep.points(loaded))
+    return list({p.key: p for p in points}.values())

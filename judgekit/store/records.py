@@ -111,6 +111,20 @@ def read_records(out_dir: str | Path, columns: list[str] | None = None) -> pa.Ta
     return table.select(columns) if columns else table
 
 
+def check_manifest(out_dir: str | Path, settings: dict[str, Any]) -> bool:
+    """Whether out_dir already holds this evaluation (False: no manifest yet); writes nothing, so a dry run
+    refuses a directory holding another evaluation exactly as the real run does."""
+    if not (Path(out_dir) / MANIFEST).exists():
+        return False
+    old = read_manifest(out_dir)
+    diff = [f"{k} {old.get(k)!r}, not {settings.get(k)!r}"
+            for k in sorted(set(_fingerprint(old)) | set(_fingerprint(settings)))
+            if old.get(k) != settings.get(k)]
+    if diff:
+        raise JudgekitError(f"{out_dir} holds another evaluation ({'; '.join(diff)}); use a new --out")
+    return True
+
+
 class RecordWriter:
     """Appends one rank's records to an evaluation directory, creating or checking its manifest."""
 
@@ -119,14 +133,7 @@ class RecordWriter:
         self.rank = rank
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.dir / MANIFEST
-        if manifest.exists():
-            old = read_manifest(self.dir)
-            diff = [f"{k} {old.get(k)!r}, not {settings.get(k)!r}"
-                    for k in sorted(set(_fingerprint(old)) | set(_fingerprint(settings)))
-                    if old.get(k) != settings.get(k)]
-            if diff:
-                raise JudgekitError(f"{self.dir} holds another evaluation ({'; '.join(diff)}); use a new --out")
-        else:
+        if not check_manifest(self.dir, settings):
             payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "settings": settings}
             # Every rank may race to create it; the content is identical, and the write is atomic.
             atomic_write_bytes(manifest, json.dumps(payload, indent=2, sort_keys=True).encode(), rank)

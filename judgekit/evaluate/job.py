@@ -1,0 +1,129 @@
+"""One `judgekit eval` run as a library call: settings resolved and checked, then decoded, summarised, written.
+
+:func:`prepare` runs every check the run makes (settings, rules and judges, sampling settings, the problems,
+the output directory's manifest) and writes nothing, so `--dry-run` refuses exactly what the run refuses and a
+refused run leaves --out untouched. :func:`run` then decodes with the prepared points and returns the summary
+rows (None while another rank is still working), which `judgekit eval` prints and `judgekit demo` reuses.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from judgekit.errors import JudgekitError
+from judgekit.evaluate.sweep import EvalPoint, EvalSettings, build_points, resolve_eval
+
+
+@dataclass
+class EvalJob:
+    settings: dict[str, Any]  # the resolved run settings (judgekit.config.EVAL_RUN keys)
+    points: list[EvalPoint]
+    task: Any
+    problems: list
+    run_settings: EvalSettings
+    judges: dict = field(default_factory=dict)  # judge directory -> (judge, digest), read once
+
+    @property
+    def out(self) -> Path:
+        return Path(self.settings["out"])
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def prepare(config_path: str | None, given: dict[str, Any],
+            sweep_filter: Callable[[list[dict]], list[dict]] | None = None) -> EvalJob:
+    """Resolve and check everything a run needs except the models. ``sweep_filter`` may edit the resolved
+    sweeps (the demo drops the judge rule when no judge could be trained)."""
+    from judgekit.decode.sampling import SamplingConfig
+    from judgekit.store.records import check_manifest
+    from judgekit.config import task_options
+    from judgekit.tasks import get_task
+
+    settings, sweeps = resolve_eval(config_path, given)
+    if sweep_filter is not None:
+        sweeps = sweep_filter(sweeps)
+    judges: dict = {}
+    points = build_points(sweeps, judges)
+    for temperature in sorted({p.temperature for p in points}):
+        SamplingConfig(temperature, settings["top_k"], settings["top_p"])  # the decoder's own checks
+    task = get_task(settings["task"], **task_options(settings))
+    problems = task.load(settings["split"], limit=settings["limit"], data_file=settings["data_file"])
+    if not problems:
+        raise JudgekitError(f"no problems in {settings['task']} split {settings['split']}")
+    run_settings = EvalSettings(settings["task"], settings["target"], settings["draft"], settings["split"],
+                                settings["data_file"], settings["limit"], settings["max_new_tokens"],
+                                settings["top_k"], settings["top_p"], settings["chat_template"])
+    out = Path(settings["out"])
+    if out.exists() and not out.is_dir():
+        raise JudgekitError(f"--out {out} is a file, not an evaluation directory")
+    check_manifest(out, run_settings.to_dict())  # another evaluation there: refused before anything is written
+    return EvalJob(settings, points, task, problems, run_settings, judges)
+
+
+def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, int] | None = None) -> list | None:
+    """Decode this rank's share of the job, then (on the last rank to finish) summarise and write summary.md,
+    summary.csv and the plots. ``pair``: an already loaded pair matching the settings (the demo's)."""
+    import pyarrow as pa
+    import torch
+
+    from judgekit.config import check_positions
+    from judgekit.distributed import distributed_env, rank_device
+    from judgekit.evaluate.run import run_eval
+    from judgekit.evaluate.summary import summarize
+    from judgekit.judge.head import bind_rule
+    from judgekit.decode.rules import make_rule
+    from judgekit.models import load_model_pair
+    from judgekit.store.records import read_records
+
+    s = job.settings
+    rank, world, local = rank_env or distributed_env()
+    if s["threads"]:
+        torch.set_num_threads(s["threads"])
+    if pair is None:
+        pair = load_model_pair(s["target"], s["draft"], rank_device(s["device"], world, local), s["dtype"])
+    check_positions(pair, s["max_new_tokens"])
+    for path, (judge, digest) in list(job.judges.items()):  # a judge for another model fails before any write
+        job.judges[path] = (bind_rule(make_rule("judge", judge=judge), pair).judge, digest)
+    log(f"rank {rank}/{world}: {len(job.points)} points x {len(job.problems)} problems -> {job.out}")
+    counts = run_eval(pair, job.task, job.problems, job.points, job.run_settings, str(job.out), rank=rank,
+                      world_size=world, flush_every=s["flush_every"], progress=None if quiet else log,
+                      batch_size=s["batch_size"], grade_workers=s["grade_workers"],
+                      judges=job.judges)
+    log(f"rank {rank}/{world}: evaluated {counts['evaluated']} (point, problem) pairs, "
+        f"{counts['skipped']} already done")
+    records = read_records(job.out)
+    keys, ids = {p.key for p in job.points}, {p.problem_id for p in job.problems}
+    mask = [pt in keys and pr in ids for pt, pr in zip(records.column("point").to_pylist(),
+                                                        records.column("problem").to_pylist())]
+    records = records.filter(pa.array(mask, type=pa.bool_()))
+    if records.num_rows < len(job.points) * len(job.problems):
+        # Another rank is still running; the last rank to finish writes the summary.
+        log(f"rank {rank}/{world}: {records.num_rows}/{len(job.points) * len(job.problems)} pairs recorded so "
+            "far; the summary is written by the last rank to finish")
+        return None
+    rows = summarize(records)
+    for path in write_outputs(job.out, rows, s["title"]):
+        log(f"wrote {path}")
+    return rows
+
+
+def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path]:
+    """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
+    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
+    from judgekit.evaluate.summary import summary_csv, summary_markdown
+    from judgekit.store.atomic import atomic_write_bytes
+
+    written = []
+    for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
+        atomic_write_bytes(out_dir / name, text.encode(), 0)
+        written.append(out_dir / name)
+    written.append(plot_tradeoff(rows, out_dir / "be_quality.png", title))
+    trunc = plot_truncation(rows, out_dir / "truncation.png", title)
+    if trunc:
+        written.append(trunc)
+    return written

@@ -26,7 +26,9 @@ and what happens where the OS refuses one:
    open files, no core dumps. Always available on Linux.
 6. **Wall-clock timeout** enforced by the launcher (kills the shim, hence the namespace) and, as a backstop,
    by the caller (kills the launcher's process group).
-7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards) and a **scrubbed
+7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards; it lives in one
+   run directory per calling process, ``$TMPDIR/judgekit-sbx-run-<pid>-*``, removed at exit and on SIGTERM,
+   and swept by the next process to start a sandbox if its owner was killed) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
 8. **Confined filesystem** ("fs", in a private mount namespace "mntns"; as root, or for an ordinary user
@@ -50,6 +52,7 @@ pressure from many parallel runs are not limited further. Use a container or VM 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -61,10 +64,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from judgekit.stale import sweep_stale
 
 log = logging.getLogger(__name__)
 
@@ -583,6 +590,56 @@ def _note_isolation(layers: list[str], limits: SandboxLimits) -> None:
                           "(no uid switch)" + ("" if "pidns" in layers else " and can see/signal its processes"))
 
 
+_RUN_PREFIX = "judgekit-sbx-run-"
+_run_lock = threading.Lock()
+_run_dir: tuple[int, str] | None = None  # (owner pid, path): a forked child makes its own
+_launchers: set[int] = set()  # process groups of the launchers running now (killed on SIGTERM)
+
+
+def _process_run_dir() -> str:
+    """This process's run directory, holding every sandbox's private and working directories.
+
+    Created on first use, after sweeping run directories whose owner pid is dead (a supervisor killed with
+    SIGKILL cannot clean up after itself); removed at exit and on SIGTERM (see :func:`_on_sigterm`)."""
+    global _run_dir
+    with _run_lock:
+        if _run_dir is None or _run_dir[0] != os.getpid() or not os.path.isdir(_run_dir[1]):
+            base = tempfile.gettempdir()
+            sweep_stale(Path(base), _RUN_PREFIX)
+            path = tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-", dir=base)
+            os.chmod(path, 0o711)  # the sandbox uid may traverse to its own working directory, not list others
+            _run_dir = (os.getpid(), path)
+            atexit.register(_remove_run_dir, path)
+            _install_sigterm_cleanup()
+        return _run_dir[1]
+
+
+def _remove_run_dir(path: str) -> None:
+    if os.path.isdir(path):
+        _remove_tree(path)
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ANN001
+    """Kill the running programs, remove the run directory, then die of SIGTERM as we would have."""
+    for pgid in list(_launchers):
+        _kill_group(pgid)
+    if _run_dir is not None and _run_dir[0] == os.getpid():
+        _remove_run_dir(_run_dir[1])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_sigterm_cleanup() -> None:
+    """Only where SIGTERM still has its default action (never over a caller's handler), from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass
+
+
 def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `code` as a Python program with the current interpreter, isolated (see the module docstring)."""
     limits = limits or SandboxLimits()
@@ -590,8 +647,9 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
     sandbox_uid = _UID_BASE + random.randrange(1 << 24) if root else None
     fs_plan = _fs_plan() if _CONFINE_FS else None
     reveal, tops = _reveal_plan() if root else ([], [])
-    private = tempfile.mkdtemp(prefix="judgekit-sbx-io-")  # caller-only: stdin/stdout/stderr files
-    workdir = tempfile.mkdtemp(prefix="judgekit-sbx-")
+    run_dir = _process_run_dir()
+    private = tempfile.mkdtemp(prefix="judgekit-sbx-io-", dir=run_dir)  # caller-only: stdin/stdout/stderr files
+    workdir = tempfile.mkdtemp(prefix="judgekit-sbx-", dir=run_dir)
     status_r = status_w = -1
     proc = None
     start = time.monotonic()
@@ -626,6 +684,7 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
                 stdin=fin, stdout=fout, stderr=ferr, pass_fds=(status_w,), env={"PATH": "/usr/bin:/bin"},
                 cwd=workdir, start_new_session=True, close_fds=True,
             )
+        _launchers.add(proc.pid)
         os.close(status_w)
         status_w = -1
         try:
@@ -655,9 +714,11 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
             truncated=trunc_out or trunc_err, isolation=layers, message=message,
         )
     finally:
-        if proc is not None and proc.poll() is None:
-            _kill_group(proc.pid)
-            proc.wait()
+        if proc is not None:
+            if proc.poll() is None:
+                _kill_group(proc.pid)
+                proc.wait()
+            _launchers.discard(proc.pid)
         for fd in (status_r, status_w):
             if fd >= 0:
                 os.close(fd)
@@ -693,6 +754,7 @@ def run_many(jobs: list[tuple[str, str | None]], limits: SandboxLimits | None = 
     if not jobs:
         return []
     workers = workers or default_workers()
+    _process_run_dir()  # from the calling thread, so that SIGTERM cleanup can be installed (main thread only)
     if workers == 1 or len(jobs) == 1:
         return [run_program(code, stdin, limits) for code, stdin in jobs]
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:

@@ -47,11 +47,10 @@ def resolve_threshold(judge, value: float | str) -> float:
 
 def _judge_digest(path: str) -> str:
     import hashlib
-    from pathlib import Path
 
-    from judgekit.judge.head import WEIGHTS_NAME
+    from judgekit.judge.head import WEIGHTS_NAME, resolve_judge_dir
 
-    return hashlib.sha1((Path(path) / WEIGHTS_NAME).read_bytes()).hexdigest()[:12]
+    return hashlib.sha1((resolve_judge_dir(path) / WEIGHTS_NAME).read_bytes()).hexdigest()[:12]
 
 
 def _judge_config(path: str) -> dict:

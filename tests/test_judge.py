@@ -65,3 +65,25 @@ def test_cli_generate_with_a_judge(tiny_dirs, tmp_path, capsys):
     assert _generate(t, d, tmp_path / "wrong") == 2
     last = capsys.readouterr().err.splitlines()[-1]  # after the weight-loading progress bars
     assert last.startswith("judgekit: error: ") and "trained on tiny-llama (hidden size 32)" in last
+
+
+def test_cli_generate_refuses_a_judge_for_another_target_of_the_same_size(tiny_dirs, tmp_path, capsys):
+    from transformers import AutoConfig
+
+    from judgekit.judge.head import config_fingerprint
+
+    t, d = tiny_dirs
+    _judge(64, target="another-model").save(tmp_path / "named")
+    assert _generate(t, d, tmp_path / "named") == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("judgekit: error: the judge was trained for target 'another-model'")
+    other = AutoConfig.from_pretrained(t)
+    other.rope_theta = 1234.0  # same sizes, another model
+    judge = _judge(64, target=str(t))
+    judge.config["target_config_sha256"] = config_fingerprint(other)
+    judge.save(tmp_path / "fingerprint")
+    assert _generate(t, d, tmp_path / "fingerprint") == 2
+    assert "config differs" in capsys.readouterr().err.splitlines()[-1]
+    judge.config["target_config_sha256"] = config_fingerprint(AutoConfig.from_pretrained(t))
+    judge.save(tmp_path / "fingerprint")
+    assert _generate(t, d, tmp_path / "fingerprint") == 0

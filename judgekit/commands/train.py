@@ -23,14 +23,19 @@ def _config(args):
 
 
 def _check_out(out: Path, *, sweep: bool, force: bool, resume: bool) -> None:
-    """Refuse, before any data is read, an --out that is an eval or mining directory (or, for a sweep, a judge),
-    and a finished sweep that would be overwritten without --force."""
+    """Refuse, before any data is read, an --out that is an eval or mining directory, something else that is
+    not a judge (or, for a sweep, a judge), and a judge or sweep that would be overwritten without --force."""
     from judgekit.judge.head import output_kind
 
     kind = output_kind(out)
     if kind in ("eval", "mined"):
         raise JudgekitError(f"--out {out} is {'an evaluation' if kind == 'eval' else 'a mining'} directory; refusing "
                             "to write a judge there (choose another --out)")
+    if not sweep and kind == "other":
+        raise JudgekitError(f"--out {out} is a non-empty directory that is not a judge; refusing to write a judge "
+                            "there (choose another --out)")
+    if not sweep and kind == "judge" and not (force or resume):
+        raise JudgekitError(f"--out {out} already holds a judge; pass --force to replace it")
     if sweep and kind == "judge":
         raise JudgekitError(f"--out {out} is a judge directory; a --mix-sweep writes a directory of judges")
     if sweep and (out / "sweep.json").exists() and not (force or resume):

@@ -27,8 +27,9 @@ and what happens where the OS refuses one:
 6. **Wall-clock timeout** enforced by the launcher (kills the shim, hence the namespace) and, as a backstop,
    by the caller (kills the launcher's process group).
 7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards; it lives in one
-   run directory per calling process, ``$TMPDIR/judgekit-sbx-run-<pid>-*``, removed at exit and on SIGTERM,
-   and swept by the next process to start a sandbox if its owner was killed) and a **scrubbed
+   run directory per calling process, ``$TMPDIR/judgekit-sbx-run-<pid>-*``, removed at exit, by a small
+   reaper process as soon as the caller dies however it dies (SIGTERM, SIGKILL), and, should the reaper
+   have died too, swept by the next process to start a sandbox) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
 8. **Confined filesystem** ("fs", in a private mount namespace "mntns"; as root, or for an ordinary user
@@ -593,14 +594,37 @@ def _note_isolation(layers: list[str], limits: SandboxLimits) -> None:
 _RUN_PREFIX = "judgekit-sbx-run-"
 _run_lock = threading.Lock()
 _run_dir: tuple[int, str] | None = None  # (owner pid, path): a forked child makes its own
-_launchers: set[int] = set()  # process groups of the launchers running now (killed on SIGTERM)
+_reapers: list[tuple[subprocess.Popen, int]] = []  # kept for the process's lifetime (and their pipe ends)
+
+# The reaper: waits until its pipe from the caller closes (the caller exited or was killed: the kernel closes
+# the pipe either way), then removes the caller's run directory. Dependency-free, like the launcher.
+_REAPER = r"""
+import os, shutil, sys
+path = sys.argv[1]
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+def fix(func, p, _exc):
+    try:
+        os.chmod(os.path.dirname(p), 0o700)
+        os.chmod(p, 0o700)
+        func(p)
+    except OSError:
+        pass
+for _ in range(5):
+    shutil.rmtree(path, onerror=fix)
+    if not os.path.exists(path):
+        break
+"""
 
 
 def _process_run_dir() -> str:
     """This process's run directory, holding every sandbox's private and working directories.
 
-    Created on first use, after sweeping run directories whose owner pid is dead (a supervisor killed with
-    SIGKILL cannot clean up after itself); removed at exit and on SIGTERM (see :func:`_on_sigterm`)."""
+    Created on first use, after sweeping run directories whose owner pid is dead; removed at exit, and by
+    the reaper when this process dies without running its exit handlers (SIGTERM, SIGKILL)."""
     global _run_dir
     with _run_lock:
         if _run_dir is None or _run_dir[0] != os.getpid() or not os.path.isdir(_run_dir[1]):
@@ -610,34 +634,27 @@ def _process_run_dir() -> str:
             os.chmod(path, 0o711)  # the sandbox uid may traverse to its own working directory, not list others
             _run_dir = (os.getpid(), path)
             atexit.register(_remove_run_dir, path)
-            _install_sigterm_cleanup()
+            _start_reaper(path)
         return _run_dir[1]
+
+
+def _start_reaper(path: str) -> None:
+    read_end, write_end = os.pipe()  # we hold the write end until we die; exec'd children do not inherit it
+    try:
+        reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER, path], stdin=read_end,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                  close_fds=True, env={"PATH": "/usr/bin:/bin"})
+    except OSError:  # no reaper: the next run's sweep removes what a killed caller leaves
+        os.close(write_end)
+        return
+    finally:
+        os.close(read_end)
+    _reapers.append((reaper, write_end))
 
 
 def _remove_run_dir(path: str) -> None:
     if os.path.isdir(path):
         _remove_tree(path)
-
-
-def _on_sigterm(signum, frame) -> None:  # noqa: ANN001
-    """Kill the running programs, remove the run directory, then die of SIGTERM as we would have."""
-    for pgid in list(_launchers):
-        _kill_group(pgid)
-    if _run_dir is not None and _run_dir[0] == os.getpid():
-        _remove_run_dir(_run_dir[1])
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _install_sigterm_cleanup() -> None:
-    """Only where SIGTERM still has its default action (never over a caller's handler), from the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):
-        pass
 
 
 def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | None = None) -> SandboxResult:
@@ -684,7 +701,6 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
                 stdin=fin, stdout=fout, stderr=ferr, pass_fds=(status_w,), env={"PATH": "/usr/bin:/bin"},
                 cwd=workdir, start_new_session=True, close_fds=True,
             )
-        _launchers.add(proc.pid)
         os.close(status_w)
         status_w = -1
         try:
@@ -714,11 +730,9 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
             truncated=trunc_out or trunc_err, isolation=layers, message=message,
         )
     finally:
-        if proc is not None:
-            if proc.poll() is None:
-                _kill_group(proc.pid)
-                proc.wait()
-            _launchers.discard(proc.pid)
+        if proc is not None and proc.poll() is None:
+            _kill_group(proc.pid)
+            proc.wait()
         for fd in (status_r, status_w):
             if fd >= 0:
                 os.close(fd)
@@ -754,7 +768,6 @@ def run_many(jobs: list[tuple[str, str | None]], limits: SandboxLimits | None = 
     if not jobs:
         return []
     workers = workers or default_workers()
-    _process_run_dir()  # from the calling thread, so that SIGTERM cleanup can be installed (main thread only)
     if workers == 1 or len(jobs) == 1:
         return [run_program(code, stdin, limits) for code, stdin in jobs]
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:

@@ -383,18 +383,23 @@ def test_an_interrupted_run_refuses_without_resume_and_resumes_to_the_same_judge
             raise RuntimeError("killed")
         original(self)
 
+    old = _judge(tmp_path / "cut", hidden=16)  # an older judge there, with its logs, replaced with --force
+    (old / "logs").mkdir()
+    (old / "logs" / "metrics.csv").write_text("old")
+    before = {str(p.relative_to(old)): p.read_bytes() for p in old.rglob("*") if p.is_file()}
     monkeypatch.setattr(tj.JudgeHeadModule, "on_validation_epoch_end", killed_at_epoch_4)
     with pytest.raises(RuntimeError, match="killed"):
-        train_one(data, cfg, tmp_path / "cut", echo=lambda *_: None)
+        train_one(data, cfg, tmp_path / "cut", echo=lambda *_: None, force=True)
     monkeypatch.setattr(tj.JudgeHeadModule, "on_validation_epoch_end", original)
-    assert (work_dir(tmp_path / "cut") / "checkpoints" / "last.ckpt").is_file() and not (tmp_path / "cut").exists()
+    assert (work_dir(tmp_path / "cut") / "checkpoints" / "last.ckpt").is_file()
+    assert {str(p.relative_to(old)): p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
     with pytest.raises(JudgekitError, match="pass --resume to continue it or --force"):
         train_one(data, cfg, tmp_path / "cut", echo=lambda *_: None)
     other = TrainConfig(**{**cfg.__dict__, "lr": 0.5})
     with pytest.raises(JudgekitError, match="other settings or data"):
         train_one(data, other, tmp_path / "cut", echo=lambda *_: None, resume=True)
-    resumed = train_one(data, cfg, tmp_path / "cut", echo=lambda *_: None, resume=True)
-    assert resumed.config["training"]["resumed"] is True
+    resumed = train_one(data, cfg, tmp_path / "cut", echo=lambda *_: None, resume=True)  # --force carries over
+    assert resumed.config["training"]["resumed"] is True and load_judge(old).feature_size == 16
     for k, v in _weights(tmp_path / "whole").items():
         assert torch.equal(v, _weights(tmp_path / "cut")[k]), k  # step for step the uninterrupted run
     assert resumed.config["training"]["history"] == whole.config["training"]["history"]

@@ -34,7 +34,9 @@ def _check_out(out: Path, *, sweep: bool, force: bool, resume: bool) -> None:
     if not sweep and kind == "other":
         raise JudgekitError(f"--out {out} is a non-empty directory that is not a judge; refusing to write a judge "
                             "there (choose another --out)")
-    if not sweep and kind == "judge" and not (force or resume):
+    from judgekit.judge.train import work_dir
+
+    if not sweep and kind == "judge" and not (force or resume) and not work_dir(out).exists():
         raise JudgekitError(f"--out {out} already holds a judge; pass --force to replace it")
     if sweep and kind == "judge":
         raise JudgekitError(f"--out {out} is a judge directory; a --mix-sweep writes a directory of judges")

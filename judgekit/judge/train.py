@@ -408,27 +408,30 @@ def prepare_work(out: Path, key: str, *, resume: bool, force: bool) -> tuple[Pat
     run_file = work / "run.json"
     if _launch_rank() != "0":  # a DDP process started by rank 0, which has set the work directory up
         return work, resume and (work / "checkpoints" / "last.ckpt").is_file()
-    if kind == "judge" and not force:
-        done = _read_json(out / CONFIG_NAME).get("training", {}).get("run_key") == key
-        if not (resume and done):
-            raise JudgekitError(f"--out {out} already holds a judge; pass --force to replace it")
+    run = _read_json(run_file) if work.exists() else {}
     if work.exists():
-        run = _read_json(run_file)
         pid = run.get("pid")
         if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
             raise JudgekitError(f"another `judgekit train` (pid {pid}) is writing {out} (its work directory is {work})")
         if force:
             shutil.rmtree(work)
+            run = {}
         elif not resume:
             raise JudgekitError(f"an interrupted training run for {out} is in {work}; pass --resume to continue it "
                                 "or --force to start over")
         elif run.get("key") != key:
             raise JudgekitError(f"the interrupted run in {work} was started with other settings or data; pass "
                                 "--force to discard it and start over")
+    if kind == "judge" and not force:
+        done = _read_json(out / CONFIG_NAME).get("training", {}).get("run_key") == key
+        forced_run = run.get("key") == key and run.get("force")  # resuming a run that was started with --force
+        if not (resume and (done or forced_run)):
+            raise JudgekitError(f"--out {out} already holds a judge; pass --force to replace it")
     resuming = resume and (work / "checkpoints" / "last.ckpt").is_file()
     try:
         work.mkdir(parents=True, exist_ok=True)
-        (work / "run.json").write_text(json.dumps({"key": key, "pid": os.getpid()}) + "\n")
+        (work / "run.json").write_text(json.dumps({"key": key, "pid": os.getpid(),
+                                                   "force": bool(force or run.get("force"))}) + "\n")
     except OSError as err:
         raise JudgekitError(f"cannot write --out {out}: {err.strerror or err}") from None
     return work, resuming

@@ -42,8 +42,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from judgekit.judge import data as jd
 from judgekit.errors import JudgekitError
-from judgekit.judge.head import (CONFIG_NAME, JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module, output_kind,
-                                 write_judge_dir)
+from judgekit.judge.head import CONFIG_NAME, JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module, output_kind
 from judgekit.stale import pid_alive
 from judgekit.judge.metrics import format_metrics, judge_metrics, thresholds
 

@@ -26,7 +26,10 @@ and what happens where the OS refuses one:
    open files, no core dumps. Always available on Linux.
 6. **Wall-clock timeout** enforced by the launcher (kills the shim, hence the namespace) and, as a backstop,
    by the caller (kills the launcher's process group).
-7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards) and a **scrubbed
+7. **Fresh temporary working directory** (owned by the sandbox uid, removed afterwards; it lives in one
+   run directory per calling process, ``$TMPDIR/judgekit-sbx-run-<pid>-*``, removed at exit, by a small
+   reaper process as soon as the caller dies however it dies (SIGTERM, SIGKILL), and, should the reaper
+   have died too, swept by the next process to start a sandbox) and a **scrubbed
    environment** (minimal PATH/LANG, HOME=TMPDIR=workdir, single-threaded BLAS); nothing of the caller's
    environment is passed on.
 8. **Confined filesystem** ("fs", in a private mount namespace "mntns"; as root, or for an ordinary user
@@ -50,6 +53,7 @@ pressure from many parallel runs are not limited further. Use a container or VM 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -61,10 +65,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from judgekit.stale import sweep_stale
 
 log = logging.getLogger(__name__)
 
@@ -583,6 +591,72 @@ def _note_isolation(layers: list[str], limits: SandboxLimits) -> None:
                           "(no uid switch)" + ("" if "pidns" in layers else " and can see/signal its processes"))
 
 
+_RUN_PREFIX = "judgekit-sbx-run-"
+_run_lock = threading.Lock()
+_run_dir: tuple[int, str] | None = None  # (owner pid, path): a forked child makes its own
+_reapers: list[tuple[subprocess.Popen, int]] = []  # kept for the process's lifetime (and their pipe ends)
+
+# The reaper: waits until its pipe from the caller closes (the caller exited or was killed: the kernel closes
+# the pipe either way), then removes the caller's run directory. Dependency-free, like the launcher.
+_REAPER = r"""
+import os, shutil, sys
+path = sys.argv[1]
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+def fix(func, p, _exc):
+    try:
+        os.chmod(os.path.dirname(p), 0o700)
+        os.chmod(p, 0o700)
+        func(p)
+    except OSError:
+        pass
+for _ in range(5):
+    shutil.rmtree(path, onerror=fix)
+    if not os.path.exists(path):
+        break
+"""
+
+
+def _process_run_dir() -> str:
+    """This process's run directory, holding every sandbox's private and working directories.
+
+    Created on first use, after sweeping run directories whose owner pid is dead; removed at exit, and by
+    the reaper when this process dies without running its exit handlers (SIGTERM, SIGKILL)."""
+    global _run_dir
+    with _run_lock:
+        if _run_dir is None or _run_dir[0] != os.getpid() or not os.path.isdir(_run_dir[1]):
+            base = tempfile.gettempdir()
+            sweep_stale(Path(base), _RUN_PREFIX)
+            path = tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-", dir=base)
+            os.chmod(path, 0o711)  # the sandbox uid may traverse to its own working directory, not list others
+            _run_dir = (os.getpid(), path)
+            atexit.register(_remove_run_dir, path)
+            _start_reaper(path)
+        return _run_dir[1]
+
+
+def _start_reaper(path: str) -> None:
+    read_end, write_end = os.pipe()  # we hold the write end until we die; exec'd children do not inherit it
+    try:
+        reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER, path], stdin=read_end,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                  close_fds=True, env={"PATH": "/usr/bin:/bin"})
+    except OSError:  # no reaper: the next run's sweep removes what a killed caller leaves
+        os.close(write_end)
+        return
+    finally:
+        os.close(read_end)
+    _reapers.append((reaper, write_end))
+
+
+def _remove_run_dir(path: str) -> None:
+    if os.path.isdir(path):
+        _remove_tree(path)
+
+
 def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `code` as a Python program with the current interpreter, isolated (see the module docstring)."""
     limits = limits or SandboxLimits()
@@ -590,8 +664,9 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
     sandbox_uid = _UID_BASE + random.randrange(1 << 24) if root else None
     fs_plan = _fs_plan() if _CONFINE_FS else None
     reveal, tops = _reveal_plan() if root else ([], [])
-    private = tempfile.mkdtemp(prefix="judgekit-sbx-io-")  # caller-only: stdin/stdout/stderr files
-    workdir = tempfile.mkdtemp(prefix="judgekit-sbx-")
+    run_dir = _process_run_dir()
+    private = tempfile.mkdtemp(prefix="judgekit-sbx-io-", dir=run_dir)  # caller-only: stdin/stdout/stderr files
+    workdir = tempfile.mkdtemp(prefix="judgekit-sbx-", dir=run_dir)
     status_r = status_w = -1
     proc = None
     start = time.monotonic()

@@ -12,10 +12,10 @@ from judgekit.errors import JudgekitError
 from judgekit.judge.head import CONFIG_NAME, WEIGHTS_NAME, LinearJudge, check_judge_matches, load_judge
 
 
-def _judge(hidden: int, seed: int = 0) -> LinearJudge:
+def _judge(hidden: int, seed: int = 0, target: str = "tiny-llama") -> LinearJudge:
     g = torch.Generator().manual_seed(seed)
     return LinearJudge(torch.randn(hidden, generator=g), torch.tensor(0.1), torch.randn(hidden, generator=g),
-                       torch.rand(hidden, generator=g) + 0.5, {"target_model": "tiny-llama", "layer": -1})
+                       torch.rand(hidden, generator=g) + 0.5, {"target_model": target, "layer": -1})
 
 
 def test_round_trip_gives_the_same_probabilities(tmp_path):
@@ -53,7 +53,7 @@ def _generate(t, d, judge_dir, *extra) -> int:
 
 def test_cli_generate_with_a_judge(tiny_dirs, tmp_path, capsys):
     t, d = tiny_dirs
-    keep_all = _judge(64)  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept
+    keep_all = _judge(64, target=str(t))  # the tiny target's hidden size; P(important) = sigmoid(-20): every draft is kept
     keep_all.weight.zero_()
     keep_all.bias.fill_(-20.0)
     keep_all.save(tmp_path / "ok")
@@ -65,3 +65,25 @@ def test_cli_generate_with_a_judge(tiny_dirs, tmp_path, capsys):
     assert _generate(t, d, tmp_path / "wrong") == 2
     last = capsys.readouterr().err.splitlines()[-1]  # after the weight-loading progress bars
     assert last.startswith("judgekit: error: ") and "trained on tiny-llama (hidden size 32)" in last
+
+
+def test_cli_generate_refuses_a_judge_for_another_target_of_the_same_size(tiny_dirs, tmp_path, capsys):
+    from transformers import AutoConfig
+
+    from judgekit.judge.head import config_fingerprint
+
+    t, d = tiny_dirs
+    _judge(64, target="another-model").save(tmp_path / "named")
+    assert _generate(t, d, tmp_path / "named") == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("judgekit: error: the judge was trained for target 'another-model'")
+    other = AutoConfig.from_pretrained(t)
+    other.rope_theta = 1234.0  # same sizes, another model
+    judge = _judge(64, target=str(t))
+    judge.config["target_config_sha256"] = config_fingerprint(other)
+    judge.save(tmp_path / "fingerprint")
+    assert _generate(t, d, tmp_path / "fingerprint") == 2
+    assert "config differs" in capsys.readouterr().err.splitlines()[-1]
+    judge.config["target_config_sha256"] = config_fingerprint(AutoConfig.from_pretrained(t))
+    judge.save(tmp_path / "fingerprint")
+    assert _generate(t, d, tmp_path / "fingerprint") == 0

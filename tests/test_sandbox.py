@@ -381,3 +381,68 @@ def test_not_root_the_filesystem_is_confined_in_a_user_namespace():
     listing, refused = res["stdout"].splitlines()
     assert "root" not in listing and "home" not in listing and refused == "OSError"
     assert not Path(f"/tmp/{tag}").exists() and not Path(f"/usr/{tag}").exists()
+
+
+# ---- no sandbox directory outlives its supervisor -----------------------------------------------------------
+
+def _sbx_entries(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("judgekit-sbx-"))
+
+
+def _start_supervisor(tmp_path: Path, tmpdir: Path):
+    """`judgekit sandbox run` of a sleeping program, as a subprocess whose temporary directory is `tmpdir`;
+    returns once the program runs (its working directory exists)."""
+    import subprocess
+    import sys
+    prog = tmp_path / "sleep.py"
+    prog.write_text("import time\ntime.sleep(60)\n")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "judgekit", "sandbox", "run", str(prog), "--timeout", "60"],
+                            cwd=repo, env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(repo)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = [p for p in tmpdir.glob(f"judgekit-sbx-run-{proc.pid}-*") if p.is_dir()]
+        # the working directory appears only to root (0o711 run directory): wait for the io directory
+        if runs and any(True for _ in runs[0].glob("judgekit-sbx-io-*")):
+            time.sleep(0.5)  # the launcher is starting the program
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the sandbox supervisor did not start its program in time")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_supervisor_leaves_no_sandbox_directory(tmp_path, monkeypatch, sig):
+    import tempfile
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = _start_supervisor(tmp_path, tmpdir)
+    assert _sbx_entries(tmpdir)  # its run directory, with the program's private and working directories
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == -sig
+    deadline = time.monotonic() + 15  # the reaper removes it once the supervisor is gone
+    while _sbx_entries(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sbx_entries(tmpdir) == []
+    # Where even the reaper was killed, the next run sweeps a run directory whose owner is dead.
+    (tmpdir / "judgekit-sbx-run-999999999-x" / "judgekit-sbx-io-y").mkdir(parents=True)
+    import judgekit.sandbox as sb
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    monkeypatch.setattr(sb, "_run_dir", None)  # as in a fresh process
+    assert run_program("print(1)").stdout == "1\n"
+    own = [n for n in _sbx_entries(tmpdir) if n.startswith(f"judgekit-sbx-run-{os.getpid()}-")]
+    assert _sbx_entries(tmpdir) == own and len(own) == 1  # only this live process's own run directory
+    assert [p.name for p in (tmpdir / own[0]).iterdir()] == []  # and each run removed its directories
+    sb._remove_run_dir(str(tmpdir / own[0]))
+    monkeypatch.setattr(sb, "_run_dir", None)
+
+
+def test_a_live_processs_run_directory_is_not_swept(tmp_path):
+    from judgekit.stale import sweep_stale
+    live = tmp_path / f"judgekit-sbx-run-{os.getppid()}-abc"
+    dead = tmp_path / "judgekit-sbx-run-999999999-abc"  # above any pid_max
+    live.mkdir()
+    dead.mkdir()
+    assert sweep_stale(tmp_path, "judgekit-sbx-run-") == [dead]
+    assert live.is_dir() and not dead.exists()

@@ -126,7 +126,7 @@ def trained(two_sources, tmp_path_factory):
 def test_artifact_config_and_scores(trained, two_sources):
     judge = load_judge(trained)
     c = judge.config
-    assert c["schema_version"] == 2 and c["layer"] == 1 and c["features"] == "target+draft"
+    assert c["schema_version"] == 3 and c["layer"] == 1 and c["features"] == "target+draft"
     assert (c["hidden_size"], c["draft_hidden_size"]) == (16, 8)
     assert (c["target_model"], c["draft_model"]) == ("tiny-target", "tiny-draft")
     assert set(c["thresholds"]) == {f"p{q}" for q in range(10, 100, 10)} | {"recall90", "recall95"}

@@ -33,7 +33,7 @@ def train_judge(mined: list[str], mix: str, out: Path, epochs: int) -> None:
     sources, split, spec = jd.prepare(mined)
     selection = jd.select(sources, split, mix, jd.parse_mix(mix, len(sources)), None, "problems")
     cfg = tj.TrainConfig(max_epochs=epochs, accelerator="cpu", devices=1, progress=False)
-    tj.train_one(jd.build_data(sources, selection, spec), cfg, out)
+    tj.train_one(jd.build_data(sources, selection, spec), cfg, out, resume=True)  # a killed demo resumes
 
 
 def run(args) -> int:

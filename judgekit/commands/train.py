@@ -19,7 +19,33 @@ def _config(args):
     return TrainConfig(head=args.head, mlp_hidden=args.mlp_hidden, lr=args.lr, weight_decay=args.weight_decay,
                        batch_size=args.batch_size, max_epochs=args.max_epochs, patience=args.patience,
                        seed=args.seed, accelerator=args.accelerator, devices=_devices(args.devices),
-                       strategy=args.strategy, num_nodes=args.num_nodes, progress=not args.quiet)
+                       strategy=args.strategy, num_nodes=args.num_nodes, progress=not args.quiet,
+                       logger=args.logger, quiet=args.quiet)
+
+
+def _check_out(out: Path, *, sweep: bool, force: bool, resume: bool) -> None:
+    """Refuse, before any data is read, an --out that is an eval or mining directory, something else that is
+    not a judge (or, for a sweep, a judge), and a judge or sweep that would be overwritten without --force."""
+    from judgekit.judge.head import output_kind
+
+    kind = output_kind(out)
+    if kind in ("eval", "mined"):
+        raise JudgekitError(f"--out {out} is {'an evaluation' if kind == 'eval' else 'a mining'} directory; refusing "
+                            "to write a judge there (choose another --out)")
+    if not sweep and kind == "other":
+        raise JudgekitError(f"--out {out} is a non-empty directory that is not a judge; refusing to write a judge "
+                            "there (choose another --out)")
+    from judgekit.judge.train import work_dir
+
+    if not sweep and kind == "judge" and not (force or resume) and not work_dir(out).exists():
+        raise JudgekitError(f"--out {out} already holds a judge; pass --force to replace it")
+    if sweep and kind == "judge":
+        raise JudgekitError(f"--out {out} is a judge directory; a --mix-sweep writes a directory of judges")
+    if sweep and (out / "sweep.json").exists() and not (force or resume):
+        raise JudgekitError(f"--out {out} already holds a sweep; pass --force to replace its judges")
+    if sweep and kind == "other" and not (out / "sweep.json").exists() and not (force or resume) \
+            and not any(p.name.startswith("mix-") or p.name.startswith(".mix-") for p in out.iterdir()):
+        raise JudgekitError(f"--out {out} is a non-empty directory that is not a sweep; choose another --out")
 
 
 def run(args) -> int:
@@ -30,11 +56,16 @@ def run(args) -> int:
         raise JudgekitError("--budget must be >= 1")
     if args.mix and args.mix_sweep:
         raise JudgekitError("give --mix or --mix-sweep, not both")
+    if args.resume and args.force:
+        raise JudgekitError("give --resume or --force, not both")
+    if args.head == "mlp" and args.mlp_hidden < 1:
+        raise JudgekitError(f"--mlp-hidden must be >= 1 (got {args.mlp_hidden}: the head would be a constant)")
+    out = Path(args.out)
+    _check_out(out, sweep=bool(args.mix_sweep), force=args.force, resume=args.resume)
     sources, split, spec = jd.prepare(args.data, layer=args.layer, features=args.features,
                                       val_fraction=args.val_fraction, seed=args.seed)
     avail = jd.available_units(sources, split, args.unit)
     cfg = _config(args)
-    out = Path(args.out)
     if not args.mix_sweep:
         if args.mix:
             text, mix = args.mix, jd.parse_mix(args.mix, len(sources))
@@ -42,7 +73,7 @@ def run(args) -> int:
             text, mix = "natural", tuple(float(a) for a in avail)
         data = jd.build_data(sources, jd.select(sources, split, text, mix, args.budget, args.unit), spec,
                              args.feature_cache)
-        tj.train_one(data, cfg, out)
+        tj.train_one(data, cfg, out, resume=args.resume, force=args.force)
         return 0
     mixes = jd.parse_sweep(args.mix_sweep, len(sources))
     budget = args.budget or min(jd.max_budget(m, avail) for _t, m in mixes)
@@ -50,7 +81,7 @@ def run(args) -> int:
     rows, is_zero = [], True
     for sel in selections:
         data = jd.build_data(sources, sel, spec, args.feature_cache)
-        res = tj.train_one(data, cfg, out / jd.mix_label(sel.mix_text))
+        res = tj.train_one(data, cfg, out / jd.mix_label(sel.mix_text), resume=args.resume, force=args.force)
         is_zero = res.is_global_zero
         per = res.metrics.get("per_source", {})
         rows.append({"mix": sel.mix_text, "budget": sel.budget, "unit": sel.unit, "dir": jd.mix_label(sel.mix_text),
@@ -100,5 +131,12 @@ def register(sub) -> None:
     p.add_argument("--num-nodes", type=int, default=1)
     p.add_argument("--feature-cache", metavar="DIR", help="memory-map the selected features (.npy) in DIR instead of "
                                                           "holding them in RAM (data larger than memory)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--logger", choices=["csv", "tensorboard", "wandb", "none"], default="csv",
+                   help="training logs in <out>/logs: csv (default), tensorboard (needs tensorboardX or tensorboard), "
+                        "wandb (needs wandb; WANDB_MODE=offline keeps it local), none")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run of the same settings and data from its last checkpoint")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing judge (or sweep) at --out and discard an interrupted run")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no Lightning info, tips or warnings")
     p.set_defaults(func=run)

@@ -4,7 +4,10 @@ The semantics (docs/design.md §4):
 
 * A *source* is one ``--data`` argument: a mining directory, or several directories of one task joined by
   commas (``a,b``). Every directory must come from the same target and draft and hold the requested layer
-  (and ``draft_hidden`` for target+draft features); anything else is refused, never silently mixed.
+  (and ``draft_hidden`` for target+draft features); anything else is refused, never silently mixed. A
+  source mixing two tasks is refused (give each task its own ``--data`` argument). Within a source a
+  mismatch row counts once: rows are unique by (task, problem, position, context), so directories that
+  hold the same problems (or one directory given twice) add no duplicate rows to training or validation.
 * The split is by problem, keyed by the pair (task, problem_id): a seeded hash ranks each source's problems
   and the lowest ``val_fraction`` go to validation; a problem that is in validation anywhere is in
   validation everywhere, so no problem is on both sides even if two sources share ids. The validation set
@@ -113,6 +116,11 @@ class SourceIndex:
     group: np.ndarray  # [n] int: index into groups
     groups: list[tuple[str, str]]  # (task, problem_id)
     label: np.ndarray  # [n] bool: important
+    keep: np.ndarray | None = None  # [n] bool: False for a repeat of an earlier row (same task, problem, position, context)
+
+    @property
+    def duplicates(self) -> int:
+        return 0 if self.keep is None else int((~self.keep).sum())
 
     @property
     def rows(self) -> int:
@@ -145,8 +153,26 @@ def parse_sources(specs: list[str]) -> list[list[Path]]:
     return sources
 
 
-def _source_name(settings: list[store.RunSettings]) -> str:
-    return "+".join(sorted({s.task for s in settings}))
+def _source_name(settings: list[store.RunSettings], dirs: list[Path]) -> str:
+    tasks = sorted({s.task for s in settings})
+    if len(tasks) > 1:
+        raise JudgekitError(f"--data {','.join(map(str, dirs))} mixes tasks {', '.join(tasks)} in one source; give "
+                            "each task its own --data argument (a source is one task)")
+    return tasks[0]
+
+
+def _row_keys(table) -> list[bytes]:
+    """One digest per row of (task, problem_id, position, context_ids): what makes a mismatch the same one."""
+    ctx = table.column("context_ids").combine_chunks()
+    offsets = ctx.offsets.to_numpy()
+    values = ctx.values.to_numpy(zero_copy_only=False).astype(np.int32)
+    keys = []
+    for i, (t, p, pos) in enumerate(zip(table.column("task").to_pylist(), table.column("problem_id").to_pylist(),
+                                        table.column("position").to_pylist())):
+        h = hashlib.blake2b(f"{t}\0{p}\0{pos}\0".encode(), digest_size=16)
+        h.update(values[offsets[i]: offsets[i + 1]].tobytes())
+        keys.append(h.digest())
+    return keys
 
 
 def index_sources(sources: list[list[Path]]) -> tuple[list[SourceIndex], list[store.RunSettings]]:
@@ -155,25 +181,30 @@ def index_sources(sources: list[list[Path]]) -> tuple[list[SourceIndex], list[st
     for dirs in sources:
         settings_list = [store.load_settings(d) for d in dirs]
         all_settings += settings_list
+        name = _source_name(settings_list, dirs)
         shards: list[_ShardRef] = []
-        tasks, pids, labels = [], [], []
+        tasks, pids, labels, row_keys = [], [], [], []
         start = 0
         for d, settings in zip(dirs, settings_list):
             pairs, _ = store.committed_pairs(store.list_shards(d))
             for mshard, _p in pairs:
                 if mshard is None:
                     continue
-                t = store._read_shard(mshard, settings, ["task", "problem_id", "important"])
+                t = store._read_shard(mshard, settings, ["task", "problem_id", "important", "position",
+                                                         "context_ids"])
                 shards.append(_ShardRef(d, settings, mshard, start, t.num_rows))
                 start += t.num_rows
                 tasks += t.column("task").to_pylist()
                 pids += t.column("problem_id").to_pylist()
                 labels.append(t.column("important").to_numpy(zero_copy_only=False).astype(bool))
+                row_keys += _row_keys(t)
+        seen: set[bytes] = set()
+        keep = np.fromiter((k not in seen and not seen.add(k) for k in row_keys), dtype=bool, count=len(row_keys))
         keys: dict[tuple[str, str], int] = {}
         group = np.fromiter((keys.setdefault((t, p), len(keys)) for t, p in zip(tasks, pids)), dtype=np.int64,
                             count=len(tasks))
         label = np.concatenate(labels) if labels else np.zeros(0, dtype=bool)
-        out.append(SourceIndex(_source_name(settings_list), dirs, shards, group, list(keys), label))
+        out.append(SourceIndex(name, dirs, shards, group, list(keys), label, keep))
     names = [s.name for s in out]
     for i, s in enumerate(out):  # keep names unique for tables and metrics keys
         if names.count(s.name) > 1:
@@ -247,7 +278,10 @@ def split_by_problem(sources: list[SourceIndex], val_fraction: float, seed: int)
 
 
 def _rows_by_group(s: SourceIndex) -> list[np.ndarray]:
+    """Each group's row numbers, without repeated rows."""
     order = np.argsort(s.group, kind="stable")
+    if s.keep is not None:
+        order = order[s.keep[order]]
     bounds = np.searchsorted(s.group[order], np.arange(len(s.groups) + 1))
     return [order[bounds[g]: bounds[g + 1]] for g in range(len(s.groups))]
 
@@ -255,7 +289,7 @@ def _rows_by_group(s: SourceIndex) -> list[np.ndarray]:
 def available_units(sources: list[SourceIndex], split: Split, unit: str) -> list[int]:
     if unit == "problems":
         return [len(t) for t in split.train_order]
-    sizes = [np.bincount(s.group, minlength=len(s.groups)) for s in sources]
+    sizes = [np.bincount(s.group if s.keep is None else s.group[s.keep], minlength=len(s.groups)) for s in sources]
     return [int(sz[t].sum()) for sz, t in zip(sizes, split.train_order)]
 
 
@@ -314,7 +348,7 @@ def select(sources: list[SourceIndex], split: Split, mix_text: str, mix: tuple[f
             "train_problems": n_problems, "train_mismatches": int(len(tr)),
             "train_important": int(s.label[tr].sum()),
             "val_problems": int(len(vg)), "val_mismatches": int(len(va)), "val_important": int(s.label[va].sum()),
-            "available_train_units": avail[i],
+            "available_train_units": avail[i], "duplicate_rows_dropped": s.duplicates,
         })
     return Selection(train_rows, val_rows, quotas, budget, unit, mix_text, mix, realised)
 

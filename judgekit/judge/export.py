@@ -10,6 +10,7 @@ files, and as ONNX metadata properties (``judge_config`` plus one ``threshold.<n
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -49,17 +50,37 @@ def exportable(judge: TrainedJudge) -> tuple[nn.Module, tuple[Tensor, ...], list
 
 
 def export_judge(judge_dir: str | Path, fmt: str, out: str | Path) -> Path:
+    """Export to `out` (a file path): written beside it under a temporary name, then renamed into place."""
     if fmt not in FORMATS:
         raise JudgekitError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     judge = load_judge(judge_dir)
-    module, example, names = exportable(judge)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise JudgekitError(f"--out {out} is a directory; give the file to write (e.g. {out / ('judge.' + ('onnx' if fmt == 'onnx' else 'pt'))})")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise JudgekitError(f"cannot create the directory of --out {out}: {err.strerror or err}") from None
+    if not os.access(out.parent, os.W_OK):
+        raise JudgekitError(f"cannot write --out {out}: {out.parent} is not writable")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        _export_to(judge, fmt, tmp)
+        os.replace(tmp, out)
+    except (OSError, RuntimeError) as err:  # torch reports IO failures as RuntimeError (inline_container.cc)
+        raise JudgekitError(f"cannot write --out {out}: {str(err).strip().splitlines()[0]}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _export_to(judge: TrainedJudge, fmt: str, out: Path) -> None:
+    module, example, names = exportable(judge)
     config_json = json.dumps(judge.config)
     if fmt == "torchscript":
         scripted = torch.jit.trace(module, example)
         torch.jit.save(scripted, str(out), _extra_files={CONFIG_NAME: config_json})
-        return out
+        return
     try:
         import onnx
     except ImportError:
@@ -74,7 +95,6 @@ def export_judge(judge_dir: str | Path, fmt: str, out: str | Path) -> Path:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.save(model, str(out))
-    return out
 
 
 def load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, dict]:

@@ -153,14 +153,16 @@ def log(message: str) -> None:
 def run(args, pair=None, sweep_filter=None) -> int:
     """The command. `pair` (already loaded, e.g. by `judgekit demo`) must match --target/--draft;
     `sweep_filter` may edit the resolved sweeps (the demo drops the judge rule when no judge could be trained)."""
-    from judgekit.commands.mine import distributed_env
+    from judgekit.dist import distributed_env, rank_device
     from judgekit.evaluate.sweep import EvalSettings
     from judgekit.evaluate.summary import json_rows, summarize, summary_markdown
     from judgekit.evaluate.run import run_eval
     from judgekit.store.records import read_records
+    from judgekit.store.shards import EVAL, require_kind
     from judgekit.tasks import get_task
 
     settings, sweeps = resolve(args)
+    require_kind(settings["out"], EVAL)  # before any model loads; run_eval checks the rest before writing
     if sweep_filter is not None:
         sweeps = sweep_filter(sweeps)
     points = build_points(sweeps)
@@ -168,7 +170,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
     problems = task.load(settings["split"], limit=settings["limit"], data_file=settings["data_file"])
     if not problems:
         raise JudgekitError(f"no problems in {settings['task']} split {settings['split']}")
-    rank, world, local = distributed_env()
+    env = distributed_env()
+    rank, world = env.rank, env.world_size
     if args.dry_run:
         print(f"{settings['task']}: {len(problems)} problems x {len(points)} points = "
               f"{len(problems) * len(points)} decodings -> {settings['out']}")
@@ -183,9 +186,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
 
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])
-    device = settings["device"]
-    if device == "auto" and world > 1 and torch.cuda.is_available():
-        device = f"cuda:{local % torch.cuda.device_count()}"
+    device = rank_device(settings["device"], env)
     run_settings = EvalSettings(settings["task"], settings["target"], settings["draft"], settings["split"],
                                 settings["data_file"], settings["limit"], settings["max_new_tokens"],
                                 settings["top_k"], settings["top_p"], settings["chat_template"])

@@ -19,16 +19,6 @@ def parse_layers(text: str) -> tuple[int, ...]:
     return layers
 
 
-def distributed_env() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as set by torchrun or any launcher that exports RANK/WORLD_SIZE."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", str(rank)))
-    if not 0 <= rank < world:
-        raise JudgekitError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
-    return rank, world, local
-
-
 def process_started() -> float:
     """The time.monotonic() at which this process started (Linux, from /proc), else now.
 
@@ -48,8 +38,10 @@ def run(args) -> int:
     started = process_started()
     import torch
 
+    from judgekit.dist import distributed_env, rank_device
     from judgekit.mine.miner import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
+    from judgekit.store.shards import MINED, require_kind
     from judgekit.tasks import get_task
 
     layers = parse_layers(args.layers)
@@ -59,15 +51,14 @@ def run(args) -> int:
         raise JudgekitError("--max-new-tokens must be >= 1")
     if args.threads is not None and args.threads < 1:
         raise JudgekitError("--threads must be >= 1")
-    rank, world, local = distributed_env()
+    require_kind(args.out, MINED)  # before any model loads
+    env = distributed_env()
+    rank, world = env.rank, env.world_size
     if args.threads:
         torch.set_num_threads(args.threads)
     task = get_task(args.task)
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
-    device = args.device
-    if device == "auto" and world > 1:
-        device = f"cuda:{local % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
-    pair = load_model_pair(args.target, args.draft, device, args.dtype)
+    pair = load_model_pair(args.target, args.draft, rank_device(args.device, env), args.dtype)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,

@@ -441,6 +441,7 @@ def check_compatible(out_dir: str | Path, settings: RunSettings) -> bool:
     Reads only: a refused command must leave the directory exactly as it found it.
     """
     out_dir = Path(out_dir)
+    require_kind(out_dir, MINED)
     if not (out_dir / MANIFEST).exists():
         return False
     version, old = _read_manifest(out_dir)

@@ -426,17 +426,17 @@ def test_kill_9_at_several_points_then_resume_equals_an_uninterrupted_run(tmp_pa
     out = tmp_path / "killed"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
     # Renames: eval.json (the first run only), then one per committed record.
-    for n, when, committed in ((2, "before", 0), (1, "after", 1), (2, "before", 2), (1, "before", 2),
-                               (2, "after", 4)):
+    for n, when, committed in ((2, "before", 0), (1, "after", 1), (2, "after", 3), (1, "before", 3)):
         proc = subprocess.run([sys.executable, "-c", _KILLER, str(n), when, "eval", *args, "--out", str(out)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == -9, proc.stderr
         assert len(_raw_pairs(out)) == committed and len(set(_raw_pairs(out))) == committed
-    assert list(out.glob("*.tmp"))  # the last kill left a temp file behind, which the resume removes
+        # A kill before a rename leaves that write's temp file; the next run removes it.
+        assert len(list(out.glob("*.tmp"))) == (when == "before")
     assert main(["eval", *args, "--out", str(out)]) == 0
     assert _records_by_pair(out) == whole
     assert _raw_pairs(out) == sorted(whole) and not list(out.glob("*.tmp"))
-    assert (out / "summary.csv").read_text() .count("\n") == (tmp_path / "whole" / "summary.csv").read_text().count("\n")
+    assert (out / "summary.csv").read_text().count("\n") == (tmp_path / "whole" / "summary.csv").read_text().count("\n")
 
 
 def test_concurrent_evals_into_one_out_lose_nothing(tmp_path):
@@ -452,7 +452,8 @@ def test_concurrent_evals_into_one_out_lose_nothing(tmp_path):
     assert codes in ([0, 0], [0, 2]), results
     if codes == [0, 2]:
         err = next(e for p, (_, e) in zip(procs, results) if p.returncode == 2)
-        assert "is being written by another `judgekit eval`" in err and err.count("\n") == 1
+        assert "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith("judgekit: error: ") and "by another `judgekit eval`" in err
     assert len(_raw_pairs(out)) == 8 and len(set(_raw_pairs(out))) == 8
 
 
@@ -523,8 +524,8 @@ def test_a_refused_eval_writes_nothing(tmp_path, pair, capsys):
     broken = tmp_path / "broken-judge"
     save_judge(broken, pair.target.config.hidden_size)
     points = Sweep(["lossless", "judge"], {"judge_threshold": [0.5]}, judges=[str(broken)]).points()
-    (broken / "judge_config.json").write_text("{}")  # damaged after the sweep was built: fails at load
+    (broken / "judge.safetensors").write_bytes(b"not a tensor file")  # damaged after the sweep was built
     settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=12)
-    with pytest.raises(JudgekitError):
+    with pytest.raises(JudgekitError, match="corrupt judge"):
         run_eval(pair, task, task.load("test", limit=2), points, settings, str(out))
     assert not out.exists()

@@ -156,8 +156,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
     from judgekit.dist import distributed_env, rank_device
     from judgekit.evaluate.sweep import EvalSettings
     from judgekit.evaluate.summary import json_rows, summarize, summary_markdown
-    from judgekit.evaluate.run import run_eval
-    from judgekit.store.records import read_records
+    from judgekit.evaluate.run import eval_fingerprint, run_eval
+    from judgekit.store.records import check_eval_dir, read_records
     from judgekit.store.shards import EVAL, require_kind
     from judgekit.tasks import get_task
 
@@ -190,6 +190,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
     run_settings = EvalSettings(settings["task"], settings["target"], settings["draft"], settings["split"],
                                 settings["data_file"], settings["limit"], settings["max_new_tokens"],
                                 settings["top_k"], settings["top_p"], settings["chat_template"])
+    check_eval_dir(settings["out"], eval_fingerprint(run_settings))  # refuse before a model loads
     if pair is None:
         pair = load_model_pair(settings["target"], settings["draft"], device, settings["dtype"])
     quiet = args.quiet

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from judgekit.store.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
 from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK, shard_name: re-exported
+    DECODE_ERRORS,
     KIND_FILES,
     LOCK,
     MINED,
@@ -335,10 +336,7 @@ class Layout:
 
 
 def _json_meta(path: Path, key: bytes) -> dict[str, Any] | None:
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError) as err:
-        raise JudgekitError(f"{path}: not a valid Parquet file ({err})") from err
+    meta = read_schema(path).metadata or {}
     if key not in meta:
         return None
     try:
@@ -498,7 +496,7 @@ def iter_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = 
             table = pf.read_row_group(i, columns=columns)
             target = pa.schema([expected.field(n) for n in table.column_names], metadata=expected.metadata)
             yield table.cast(target)
-    except (pa.ArrowException, OSError) as err:
+    except DECODE_ERRORS as err:
         raise read_error(shard.path, err) from err
 
 

@@ -45,6 +45,9 @@ MINED, EVAL, JUDGE = "mined", "eval", "judge"
 KIND_FILES = {MINED: "manifest.json", EVAL: "eval.json", JUDGE: "judge_config.json"}
 _KIND_WORDS = {MINED: "a mining directory (`judgekit mine`)", EVAL: "an evaluation directory (`judgekit eval`)",
                JUDGE: "a judge directory (`judgekit train`)"}
+# What pyarrow raises on a damaged file: its own errors, OSError (checksums), and Python's own errors when a
+# damaged footer decodes to invalid UTF-8 names or impossible values.
+DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError)
 _RANK_SHARD_RE = re.compile(r"^([a-z_]+)-r(\d{3,})-(\d{6,})\.parquet$")
 
 
@@ -240,7 +243,7 @@ def read_schema(path: Path) -> pa.Schema:
     """A shard's footer schema, or JudgekitError naming the file."""
     try:
         return pq.read_schema(path)
-    except (pa.ArrowException, OSError) as err:
+    except DECODE_ERRORS as err:
         raise JudgekitError(f"{path}: not a valid Parquet file ({err})") from err
 
 
@@ -248,5 +251,5 @@ def read_verified(path: Path, columns: list[str] | None = None) -> pa.Table:
     """A whole shard with every page checksum verified; any failure is one JudgekitError naming the file."""
     try:
         return pq.read_table(path, columns=columns, page_checksum_verification=True)
-    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError) as err:
+    except DECODE_ERRORS as err:
         raise read_error(path, err) from err

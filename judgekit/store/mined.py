@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.store.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
+from judgekit.store.atomic import atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
 from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK, shard_name: re-exported
     DECODE_ERRORS,
@@ -47,13 +47,16 @@ from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK
     DirLock,
     WriterLock,
     clean_temps,
+    list_rank_shards,
     read_error,
+    read_manifest,
     read_schema,
     read_verified,
     require_kind,
     settings_diff,
     shard_name,
     without,
+    write_manifest,
 )
 
 SCHEMA_VERSION = 1
@@ -67,7 +70,6 @@ META_SESSION = b"judgekit.session"  # writer commits: {"id", "rank", "elapsed"} 
 META_COMPACT = b"judgekit.compact"  # compaction markers: {"parts", "replaces", "sessions", "compact_s"}
 DRAFT_COLUMN = "draft_hidden"
 
-_SHARD_RE = re.compile(r"^(mismatches|problems)-r(\d{3,})-(\d{6,})\.parquet$")
 _COMPACT_RE = re.compile(r"^(mismatches|problems)-c(\d{6,})(?:-p(\d{3,}))?\.parquet$")
 _UNIT_RE = re.compile(r"^r(\d{3,})-(\d{6,})$")
 # Settings that may change between a run and its resumption without changing what the rows mean.
@@ -274,12 +276,8 @@ class Shard:
 
 def list_shards(out_dir: Path) -> list[Shard]:
     """Every data file by name (committed or not): writer shards by kind, rank, seq, then compaction files."""
-    shards = []
+    shards = [Shard(s.prefix, s.rank, s.seq, s.path) for s in list_rank_shards(out_dir, (MISMATCHES, PROBLEMS))]
     for p in Path(out_dir).iterdir():
-        m = _SHARD_RE.match(p.name)
-        if m and p.is_file():
-            shards.append(Shard(m.group(1), int(m.group(2)), int(m.group(3)), p))
-            continue
         m = _COMPACT_RE.match(p.name)
         if m and p.is_file() and (m.group(1) == MISMATCHES) == (m.group(3) is not None):
             shards.append(Shard(m.group(1), -1, int(m.group(2)), p, None if m.group(3) is None else int(m.group(3))))
@@ -406,12 +404,12 @@ def _read_manifest(out_dir: Path) -> tuple[int, dict[str, Any]]:
         raise JudgekitError(f"{out_dir}: no such directory")
     if not path.is_file():
         raise JudgekitError(f"{path}: missing manifest (not a judgekit mining directory?)")
+    doc = read_manifest(path)
     try:
-        doc = json.loads(path.read_text())
         version, settings = doc["schema_version"], doc["settings"]
         if not isinstance(version, int) or not isinstance(settings, dict):
             raise TypeError("schema_version must be an int and settings an object")
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         raise JudgekitError(f"{path}: invalid manifest ({type(err).__name__}: {err})") from err
     return version, settings
 
@@ -426,11 +424,6 @@ def load_settings(out_dir: str | Path) -> RunSettings:
         return RunSettings.from_dict(settings)
     except JudgekitError as err:
         raise JudgekitError(f"{out_dir / MANIFEST}: {err}") from err
-
-
-def _manifest_bytes(settings: RunSettings) -> bytes:
-    doc = {"schema_version": SCHEMA_VERSION, "settings": settings.to_dict()}
-    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
 def check_compatible(out_dir: str | Path, settings: RunSettings) -> bool:
@@ -569,7 +562,7 @@ class ShardWriter:
         path = self.out_dir / MANIFEST
         if path.exists() and _read_manifest(self.out_dir)[1] == self.settings.to_dict():
             return
-        atomic_write_bytes(path, _manifest_bytes(self.settings), self.rank)
+        write_manifest(path, {"schema_version": SCHEMA_VERSION, "settings": self.settings.to_dict()}, self.rank)
 
     def _clean_leftovers(self) -> None:
         """Remove this rank's temp files and uncommitted or replaced shards from a crashed earlier run."""

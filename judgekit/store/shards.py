@@ -249,7 +249,8 @@ def read_schema(path: Path) -> pa.Schema:
 
 def read_verified(path: Path, columns: list[str] | None = None) -> pa.Table:
     """A whole shard with every page checksum verified; any failure is one JudgekitError naming the file."""
-    try:
-        return pq.read_table(path, columns=columns, page_checksum_verification=True)
+    try:  # ParquetFile rather than read_table: no dataset machinery, several times faster on small shards
+        with pq.ParquetFile(path, page_checksum_verification=True) as pf:
+            return pf.read(columns=columns)
     except DECODE_ERRORS as err:
         raise read_error(path, err) from err

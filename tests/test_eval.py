@@ -409,3 +409,153 @@ def test_each_judge_directory_is_read_once_per_run(tmp_path, pair, monkeypatch, 
 
     params = json.loads(next(r for r in read_records(tmp_path / "ev").to_pylist() if r["rule"] == "judge")["params"])
     assert params["judge_sha"] == hashlib.sha1(read_bytes(judge / WEIGHTS_NAME)).hexdigest()[:12]
+# ------------------------------------------------------------------------- records on disk: integrity, inputs
+
+QUICK = ["--task", "pocket-math", "--target", "pocket-target", "--draft", "pocket-draft", "--threads", "1",
+         "--max-new-tokens", "12", "--rule", "lossless", "cos", "--lam", "0.5", "--quiet"]
+_DROP = ("wall_time",)
+
+
+def _records_by_pair(out: Path) -> dict:
+    return {(r["point"], r["problem"]): {k: v for k, v in r.items() if k not in _DROP}
+            for r in read_records(out).to_pylist()}
+
+
+def _raw_pairs(out: Path) -> list:
+    """Every (point, problem) in every shard on disk, duplicates kept (read_records would drop them)."""
+    import pyarrow.parquet as pq
+
+    return sorted(pair for p in out.glob("records-*.parquet")
+                  for pair in zip(*pq.read_table(p, columns=["point", "problem"]).to_pydict().values()))
+
+
+# Runs `judgekit eval` in a subprocess that SIGKILLs itself at its n-th atomic rename, before or after it: the
+# moments between a shard's temp file and its rename, and between two commits.
+_KILLER = """
+import os, signal, sys
+n, when, real, calls = int(sys.argv[1]), sys.argv[2], os.replace, [0]
+def replace(src, dst):
+    calls[0] += 1
+    if calls[0] == n and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+    if calls[0] == n and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+os.replace = replace
+from judgekit.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_kill_9_at_several_points_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """No record lost, duplicated or altered, whichever moment of the run a SIGKILL hits."""
+    args = [*QUICK, "--limit", "3", "--flush-every", "1"]
+    assert main(["eval", *args, "--out", str(tmp_path / "whole")]) == 0
+    whole = _records_by_pair(tmp_path / "whole")
+    assert len(whole) == 6
+    out = tmp_path / "killed"
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    # Renames: eval.json (the first run only), then one per committed record.
+    for n, when, committed in ((2, "before", 0), (1, "after", 1), (2, "after", 3), (1, "before", 3)):
+        proc = subprocess.run([sys.executable, "-c", _KILLER, str(n), when, "eval", *args, "--out", str(out)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == -9, proc.stderr
+        assert len(_raw_pairs(out)) == committed and len(set(_raw_pairs(out))) == committed
+        # A kill before a rename leaves that write's temp file; the next run removes it.
+        assert len(list(out.glob("*.tmp"))) == (when == "before")
+    assert main(["eval", *args, "--out", str(out)]) == 0
+    assert _records_by_pair(out) == whole
+    assert _raw_pairs(out) == sorted(whole) and not list(out.glob("*.tmp"))
+    assert (out / "summary.csv").read_text().count("\n") == (tmp_path / "whole" / "summary.csv").read_text().count("\n")
+
+
+def test_concurrent_evals_into_one_out_lose_nothing(tmp_path):
+    """Two `judgekit eval` runs into one --out at once: the second is refused while the first writes (or
+    finds everything done); every record is there exactly once."""
+    out = tmp_path / "ev"
+    cmd = [sys.executable, "-m", "judgekit", "eval", *QUICK, "--limit", "4", "--flush-every", "1", "--out", str(out)]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes in ([0, 0], [0, 2]), results
+    if codes == [0, 2]:
+        err = next(e for p, (_, e) in zip(procs, results) if p.returncode == 2)
+        assert "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith("judgekit: error: ") and "by another `judgekit eval`" in err
+    assert len(_raw_pairs(out)) == 8 and len(set(_raw_pairs(out))) == 8
+
+
+def test_rewritten_data_file_is_another_evaluation_not_reused(tmp_path, capsys):
+    task = get_task("pocket-math")
+    problems = task.load("test", limit=4)
+    data = tmp_path / "problems.jsonl"
+
+    def write(ps):  # the same problem ids, other questions: only the content tells them apart
+        data.write_text("".join(json.dumps({"problem_id": f"q{i}", "question": p.question, "reference": p.reference})
+                                + "\n" for i, p in enumerate(ps)))
+
+    write(problems[:2])
+    out = tmp_path / "ev"
+    assert main(["eval", *QUICK, "--data-file", str(data), "--out", str(out)]) == 0
+    manifest = json.loads((out / "eval.json").read_text())["settings"]
+    from judgekit.store.shards import file_sha256
+
+    assert manifest["data_sha256"] == file_sha256(data)
+    before = _records_by_pair(out)
+    write(problems[2:])
+    capsys.readouterr()
+    assert main(["eval", *QUICK, "--data-file", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds another evaluation" in err and "data_sha256" in err and err.count("\n") == 1
+    assert _records_by_pair(out) == before
+
+
+def test_a_judge_record_carries_the_weights_sha256(tmp_path, pair):
+    from judgekit.judge.head import WEIGHTS_NAME
+    from judgekit.store.shards import file_sha256
+
+    judge = save_judge(tmp_path / "j", pair.target.config.hidden_size)
+    task = get_task("pocket-math")
+    points = Sweep(["lossless", "judge"], {"judge_threshold": [0.5]}, judges=[str(judge)]).points()
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=12)
+    run_eval(pair, task, task.load("test", limit=2), points, settings, str(tmp_path / "ev"))
+    hashes = {r["rule"]: r["judge_sha256"] for r in read_records(tmp_path / "ev").to_pylist()}
+    assert hashes == {"lossless": None, "judge": file_sha256(judge / WEIGHTS_NAME)}
+
+
+def test_other_kinds_of_directory_are_refused_and_untouched(tmp_path, pair, capsys):
+    from judgekit.store.mined import RunSettings, ShardWriter
+
+    mined = tmp_path / "mined"
+    with ShardWriter(mined, RunSettings("pocket-math", "t", "d", "train", None, 8, (-1,), False, 4, None, None)):
+        pass
+    judge = save_judge(tmp_path / "j", pair.target.config.hidden_size)
+    evdir = tmp_path / "ev"
+    assert main(["eval", *QUICK, "--limit", "1", "--out", str(evdir)]) == 0
+    for argv, what in ((["eval", *QUICK, "--limit", "1", "--out", str(mined)], "is a mining directory"),
+                       (["eval", *QUICK, "--limit", "1", "--out", str(judge)], "is a judge directory"),
+                       (["mine", *QUICK[:6], "--limit", "1", "--out", str(evdir)], "is an evaluation directory"),
+                       (["data", "stats", str(evdir)], "is an evaluation directory")):
+        target = Path(argv[argv.index("--out") + 1]) if "--out" in argv else evdir
+        before = {p.name: p.read_bytes() for p in target.iterdir()}
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert what in err and err.count("\n") == 1, err
+        assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
+def test_a_refused_eval_writes_nothing(tmp_path, pair, capsys):
+    """Every check runs before the first write: no directory, no eval.json for a refused run."""
+    out = tmp_path / "new"
+    task = get_task("pocket-math")
+    broken = tmp_path / "broken-judge"
+    save_judge(broken, pair.target.config.hidden_size)
+    points = Sweep(["lossless", "judge"], {"judge_threshold": [0.5]}, judges=[str(broken)]).points()
+    (broken / "judge.safetensors").write_bytes(b"not a tensor file")  # damaged after the sweep was built
+    settings = EvalSettings("pocket-math", "pocket-target", "pocket-draft", limit=2, max_new_tokens=12)
+    with pytest.raises(JudgekitError, match="corrupt judge"):
+        run_eval(pair, task, task.load("test", limit=2), points, settings, str(out))
+    assert not out.exists()

@@ -75,6 +75,8 @@ def mined(tmp_path: Path) -> Path:
     w1.write([], [prow("p1", 0, 0, correct=False, wall=1.0)])
     w0.write([mrow("p2", 0, False, 3), mrow("p3", 2, True, 4), mrow("p3", 5, True, 5)],
              [prow("p2", 1, 0, wall=0.5), prow("p3", 2, 2, n_rollouts=5, wall=0.5)])
+    w0.close()
+    w1.close()
     return d
 
 
@@ -133,6 +135,7 @@ def test_empty_dir_reads_as_empty_tables(tmp_path: Path) -> None:
 def test_leftover_tmp_and_orphan_shard_are_ignored_then_cleaned(tmp_path: Path) -> None:
     w = ShardWriter(tmp_path, settings())
     w.write([mrow("a", 1, True)], [prow("a", 1, 1)])
+    w.close()  # the process dies: its locks go with it
     # Simulate a crash in the next commit: mismatch shard renamed into place, problems shard still a temp file.
     orphan = tmp_path / "mismatches-r000-000002.parquet"
     shutil.copy(shards(tmp_path, "mismatches")[0], orphan)
@@ -143,7 +146,8 @@ def test_leftover_tmp_and_orphan_shard_are_ignored_then_cleaned(tmp_path: Path) 
 
     assert read_mismatches(tmp_path).num_rows == 1  # the orphan's row is not counted
     assert validate_dir(tmp_path) == settings()
-    assert ShardWriter(tmp_path, settings()).done_problem_ids() == {"a"}
+    with ShardWriter(tmp_path, settings()) as peek:
+        assert peek.done_problem_ids() == {"a"}
 
     w2 = ShardWriter(tmp_path, settings())
     assert not orphan.exists() and not tmp.exists()

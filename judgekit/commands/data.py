@@ -31,8 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _stats(args: argparse.Namespace) -> int:
     # Imported here so that `judgekit --help` does not pay for pyarrow.
     from judgekit.store.mined import validate_dir
+    from judgekit.store.shards import MINED, require_kind
     from judgekit.store.stats import dir_stats, format_stats
 
+    require_kind(args.dir, MINED)
     validate_dir(args.dir)
     stats = dir_stats(args.dir)
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
@@ -41,7 +43,9 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _compact(args: argparse.Namespace) -> int:
     from judgekit.store.compact import compact_dir
+    from judgekit.store.shards import MINED, require_kind
 
+    require_kind(args.dir, MINED)
     res = compact_dir(args.dir)
     if res.commits == 0:
         print(f"{args.dir}: nothing to compact ({res.files_before} data file(s))")

@@ -7,7 +7,6 @@ import time
 
 from judgekit.commands._args import add_config_arg, add_model_args, add_task_args, with_config
 from judgekit.config import task_options
-from judgekit.distributed import distributed_env, rank_device
 from judgekit.errors import JudgekitError
 
 
@@ -41,8 +40,10 @@ def run(args) -> int:
     args = with_config(args)
     import torch
 
+    from judgekit.dist import distributed_env, rank_device
     from judgekit.mine.miner import MineConfig, mine_to_dir
     from judgekit.models import load_model_pair
+    from judgekit.store.shards import MINED, require_kind
     from judgekit.tasks import get_task
 
     layers = parse_layers(args.layers)
@@ -52,14 +53,16 @@ def run(args) -> int:
         raise JudgekitError("--max-new-tokens must be >= 1")
     if args.threads is not None and args.threads < 1:
         raise JudgekitError("--threads must be >= 1")
-    rank, world, local = distributed_env()
+    require_kind(args.out, MINED)  # before any model loads
+    env = distributed_env()
+    rank, world = env.rank, env.world_size
     if args.threads:
         torch.set_num_threads(args.threads)
     task = get_task(args.task, **task_options(args))
     if args.split is None:  # train where the task has one, else its first split (bfcl, include: test)
         args.split = "train" if "train" in task.splits else task.splits[0]
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
-    pair = load_model_pair(args.target, args.draft, rank_device(args.device, world, local), args.dtype)
+    pair = load_model_pair(args.target, args.draft, rank_device(args.device, env), args.dtype)
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,

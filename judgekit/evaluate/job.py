@@ -40,7 +40,8 @@ def prepare(config_path: str | None, given: dict[str, Any],
     """Resolve and check everything a run needs except the models. ``sweep_filter`` may edit the resolved
     sweeps (the demo drops the judge rule when no judge could be trained)."""
     from judgekit.decode.sampling import SamplingConfig
-    from judgekit.store.records import check_manifest
+    from judgekit.evaluate.run import eval_fingerprint
+    from judgekit.store.records import check_eval_dir
     from judgekit.config import task_options
     from judgekit.tasks import get_task
 
@@ -61,7 +62,7 @@ def prepare(config_path: str | None, given: dict[str, Any],
     out = Path(settings["out"])
     if out.exists() and not out.is_dir():
         raise JudgekitError(f"--out {out} is a file, not an evaluation directory")
-    check_manifest(out, run_settings.to_dict())  # another evaluation there: refused before anything is written
+    check_eval_dir(out, eval_fingerprint(run_settings))  # another evaluation there: refused before anything is written
     return EvalJob(settings, points, task, problems, run_settings, judges)
 
 
@@ -72,7 +73,7 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
     import torch
 
     from judgekit.config import check_positions
-    from judgekit.distributed import distributed_env, rank_device
+    from judgekit.dist import DistEnv, distributed_env, rank_device
     from judgekit.evaluate.run import run_eval
     from judgekit.evaluate.summary import summarize
     from judgekit.judge.head import bind_rule
@@ -81,11 +82,12 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
     from judgekit.store.records import read_records
 
     s = job.settings
-    rank, world, local = rank_env or distributed_env()
+    env = DistEnv(*rank_env) if rank_env else distributed_env()
+    rank, world = env.rank, env.world_size
     if s["threads"]:
         torch.set_num_threads(s["threads"])
     if pair is None:
-        pair = load_model_pair(s["target"], s["draft"], rank_device(s["device"], world, local), s["dtype"])
+        pair = load_model_pair(s["target"], s["draft"], rank_device(s["device"], env), s["dtype"])
     check_positions(pair, s["max_new_tokens"])
     for path, (judge, digest) in list(job.judges.items()):  # a judge for another model fails before any write
         job.judges[path] = (bind_rule(make_rule("judge", judge=judge), pair).judge, digest)

@@ -368,6 +368,7 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
     """
     from tqdm.auto import tqdm
 
+    from judgekit.dist import my_share
     from judgekit.errors import JudgekitError
     from judgekit.store.mined import DirectoryBusy, RunSettings, ShardWriter, check_compatible, read_problems
     from judgekit.store.compact import compact_dir
@@ -390,8 +391,9 @@ def mine_to_dir(pair: ModelPair, task: Task, problems: list[Problem], out_dir: s
     totals = {"mined": 0, "skipped": 0, "mismatches": 0, "important": 0, "compaction": None}
     with ShardWriter(out_dir, settings, rank=rank, world_size=world_size, started=started) as writer:
         done = writer.done_problem_ids()
-        mine = [p for i, p in enumerate(problems) if i % world_size == rank and p.problem_id not in done]
-        totals["skipped"] = sum(1 for i, p in enumerate(problems) if i % world_size == rank) - len(mine)
+        share = my_share(problems, rank, world_size)
+        mine = [p for p in share if p.problem_id not in done]
+        totals["skipped"] = len(share) - len(mine)
         pending: list[ProblemResult] = []
 
         def flush() -> None:

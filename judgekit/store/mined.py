@@ -36,17 +36,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgekit.store.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
+from judgekit.store.atomic import atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
-
-try:  # advisory locks; where the platform has none, the single-writer rule is the user's to keep
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK, shard_name: re-exported
+    DECODE_ERRORS,
+    KIND_FILES,
+    LOCK,
+    MINED,
+    DirectoryBusy,
+    DirLock,
+    WriterLock,
+    clean_temps,
+    list_rank_shards,
+    read_error,
+    read_manifest,
+    read_schema,
+    read_verified,
+    require_kind,
+    settings_diff,
+    shard_name,
+    without,
+    write_manifest,
+)
 
 SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
-LOCK = ".judgekit.lock"
+MANIFEST = KIND_FILES[MINED]
 MISMATCHES = "mismatches"
 PROBLEMS = "problems"
 META_VERSION = b"judgekit.schema_version"
@@ -56,7 +70,6 @@ META_SESSION = b"judgekit.session"  # writer commits: {"id", "rank", "elapsed"} 
 META_COMPACT = b"judgekit.compact"  # compaction markers: {"parts", "replaces", "sessions", "compact_s"}
 DRAFT_COLUMN = "draft_hidden"
 
-_SHARD_RE = re.compile(r"^(mismatches|problems)-r(\d{3,})-(\d{6,})\.parquet$")
 _COMPACT_RE = re.compile(r"^(mismatches|problems)-c(\d{6,})(?:-p(\d{3,}))?\.parquet$")
 _UNIT_RE = re.compile(r"^r(\d{3,})-(\d{6,})$")
 # Settings that may change between a run and its resumption without changing what the rows mean.
@@ -123,12 +136,7 @@ class RunSettings:
 
 
 def _without_resumable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if k not in _RESUMABLE_FIELDS}
-
-
-def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences, one per field, e.g. "target 'a', not 'b'" (old first)."""
-    return [f"{k} {old.get(k)!r}, not {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return without(d, _RESUMABLE_FIELDS)
 
 
 # ------------------------------------------------------------------------------------------------- schemas
@@ -246,10 +254,6 @@ def features_to_numpy(table: pa.Table, column: str) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ file helpers
 
 
-def shard_name(kind: str, rank: int, seq: int) -> str:
-    return f"{kind}-r{rank:03d}-{seq:06d}.parquet"
-
-
 def compact_name(kind: str, gen: int, part: int | None = None) -> str:
     return f"{kind}-c{gen:06d}.parquet" if part is None else f"{kind}-c{gen:06d}-p{part:03d}.parquet"
 
@@ -272,12 +276,8 @@ class Shard:
 
 def list_shards(out_dir: Path) -> list[Shard]:
     """Every data file by name (committed or not): writer shards by kind, rank, seq, then compaction files."""
-    shards = []
+    shards = [Shard(s.prefix, s.rank, s.seq, s.path) for s in list_rank_shards(out_dir, (MISMATCHES, PROBLEMS))]
     for p in Path(out_dir).iterdir():
-        m = _SHARD_RE.match(p.name)
-        if m and p.is_file():
-            shards.append(Shard(m.group(1), int(m.group(2)), int(m.group(3)), p))
-            continue
         m = _COMPACT_RE.match(p.name)
         if m and p.is_file() and (m.group(1) == MISMATCHES) == (m.group(3) is not None):
             shards.append(Shard(m.group(1), -1, int(m.group(2)), p, None if m.group(3) is None else int(m.group(3))))
@@ -334,10 +334,7 @@ class Layout:
 
 
 def _json_meta(path: Path, key: bytes) -> dict[str, Any] | None:
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError) as err:
-        raise JudgekitError(f"{path}: not a valid Parquet file ({err})") from err
+    meta = read_schema(path).metadata or {}
     if key not in meta:
         return None
     try:
@@ -397,51 +394,6 @@ def _layout(shards: list[Shard]) -> Layout:
     return Layout(kept, leftovers, high, max_gen)
 
 
-# ------------------------------------------------------------------------------------------------- locks
-
-
-class DirectoryBusy(JudgekitError):
-    """The directory is locked by a writer (compaction must wait until the run has finished)."""
-
-
-class DirLock:
-    """Advisory lock on a mining directory: writers share it, compaction takes it alone.
-
-    flock locks die with their process, so a writer killed with SIGKILL never leaves the directory locked.
-    """
-
-    def __init__(self, out_dir: Path, *, exclusive: bool, blocking: bool) -> None:
-        self._file = None
-        if fcntl is None:
-            return
-        try:
-            f = open(Path(out_dir) / LOCK, "a+b")
-        except OSError:  # e.g. a read-only copy: nothing can write there either
-            return
-        try:
-            flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
-            fcntl.flock(f.fileno(), flags)
-        except BlockingIOError:
-            f.close()
-            raise DirectoryBusy(f"{out_dir} is still being written (a `judgekit mine` holds it); "
-                                "try again when the run has finished") from None
-        except OSError:  # a filesystem without flock: proceed unlocked
-            f.close()
-            return
-        self._file = f
-
-    def release(self) -> None:
-        if self._file is not None:
-            self._file.close()  # closing the descriptor releases the lock
-            self._file = None
-
-    def __enter__(self) -> DirLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 # --------------------------------------------------------------------------------------------- manifest
 
 
@@ -452,12 +404,12 @@ def _read_manifest(out_dir: Path) -> tuple[int, dict[str, Any]]:
         raise JudgekitError(f"{out_dir}: no such directory")
     if not path.is_file():
         raise JudgekitError(f"{path}: missing manifest (not a judgekit mining directory?)")
+    doc = read_manifest(path)
     try:
-        doc = json.loads(path.read_text())
         version, settings = doc["schema_version"], doc["settings"]
         if not isinstance(version, int) or not isinstance(settings, dict):
             raise TypeError("schema_version must be an int and settings an object")
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         raise JudgekitError(f"{path}: invalid manifest ({type(err).__name__}: {err})") from err
     return version, settings
 
@@ -474,17 +426,13 @@ def load_settings(out_dir: str | Path) -> RunSettings:
         raise JudgekitError(f"{out_dir / MANIFEST}: {err}") from err
 
 
-def _manifest_bytes(settings: RunSettings) -> bytes:
-    doc = {"schema_version": SCHEMA_VERSION, "settings": settings.to_dict()}
-    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-
-
 def check_compatible(out_dir: str | Path, settings: RunSettings) -> bool:
     """Refuse (JudgekitError) a directory mined with other settings; True if it holds a manifest.
 
     Reads only: a refused command must leave the directory exactly as it found it.
     """
     out_dir = Path(out_dir)
+    require_kind(out_dir, MINED)
     if not (out_dir / MANIFEST).exists():
         return False
     version, old = _read_manifest(out_dir)
@@ -502,10 +450,7 @@ def check_compatible(out_dir: str | Path, settings: RunSettings) -> bool:
 
 def _check_shard(shard: Shard, settings: RunSettings) -> pa.Schema:
     """Footer, metadata and columns of one shard; JudgekitError naming the file on any problem."""
-    try:
-        schema = pq.read_schema(shard.path)
-    except (pa.ArrowException, OSError) as err:
-        raise JudgekitError(f"{shard.path}: not a valid Parquet file ({err})") from err
+    schema = read_schema(shard.path)
     meta = schema.metadata or {}
     if META_VERSION not in meta or META_RUN not in meta:
         raise JudgekitError(f"{shard.path}: not a judgekit shard (no judgekit schema metadata)")
@@ -535,11 +480,6 @@ def _describe(cols: list[tuple[str, pa.DataType]]) -> str:
     return "[" + ", ".join(f"{n}: {t}" for n, t in cols) + "]"
 
 
-def _read_error(path: Path, err: Exception) -> JudgekitError:
-    what = "corrupt data (checksum mismatch)" if "CRC" in str(err) or "checksum" in str(err) else "not a valid Parquet file"
-    return JudgekitError(f"{path}: {what} ({err})")
-
-
 def iter_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = None) -> Iterator[pa.Table]:
     """A shard's row groups one at a time (bounded memory), checked and with page checksums verified."""
     expected = _check_shard(shard, settings)
@@ -549,16 +489,13 @@ def iter_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = 
             table = pf.read_row_group(i, columns=columns)
             target = pa.schema([expected.field(n) for n in table.column_names], metadata=expected.metadata)
             yield table.cast(target)
-    except (pa.ArrowException, OSError) as err:
-        raise _read_error(shard.path, err) from err
+    except DECODE_ERRORS as err:
+        raise read_error(shard.path, err) from err
 
 
 def _read_shard(shard: Shard, settings: RunSettings, columns: list[str] | None = None) -> pa.Table:
     expected = _check_shard(shard, settings)
-    try:
-        table = pq.read_table(shard.path, columns=columns, page_checksum_verification=True)
-    except (pa.ArrowException, OSError) as err:
-        raise _read_error(shard.path, err) from err
+    table = read_verified(shard.path, columns)
     target = pa.schema([expected.field(n) for n in table.column_names], metadata=expected.metadata)
     return table.cast(target)
 
@@ -592,8 +529,8 @@ def _mismatch_shards(commit: Commit) -> list[Shard]:
 class ShardWriter:
     """Appends commits of completed problems for one rank; safe to kill at any moment and restart.
 
-    Holds the directory's lock (shared with other ranks' writers) until :meth:`close`, so compaction
-    cannot run under it. ``started``: the ``time.monotonic()`` at which the run started (default: now);
+    Holds the directory's lock (shared with other ranks' writers) and its rank's lock until :meth:`close`,
+    so compaction cannot run under it and a second process writing the same rank is refused. ``started``: the ``time.monotonic()`` at which the run started (default: now);
     every commit records the seconds since then, from which `judgekit data stats` reports wall time.
     """
 
@@ -607,9 +544,10 @@ class ShardWriter:
         self.world_size = world_size
         self._started = time.monotonic() if started is None else started
         self._session = uuid.uuid4().hex
+        require_kind(self.out_dir, MINED)
         check_compatible(self.out_dir, settings)  # before anything is written
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = DirLock(self.out_dir, exclusive=False, blocking=True)
+        self._lock = WriterLock(self.out_dir, rank, "mine")
         try:
             self._write_manifest()
             self._clean_leftovers()
@@ -624,12 +562,11 @@ class ShardWriter:
         path = self.out_dir / MANIFEST
         if path.exists() and _read_manifest(self.out_dir)[1] == self.settings.to_dict():
             return
-        atomic_write_bytes(path, _manifest_bytes(self.settings), self.rank)
+        write_manifest(path, {"schema_version": SCHEMA_VERSION, "settings": self.settings.to_dict()}, self.rank)
 
     def _clean_leftovers(self) -> None:
         """Remove this rank's temp files and uncommitted or replaced shards from a crashed earlier run."""
-        for tmp in self.out_dir.glob(f"*.r{self.rank:03d}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+        clean_temps(self.out_dir, self.rank)
         for shard in scan(self.out_dir).leftovers:
             if shard.rank == self.rank:
                 shard.path.unlink(missing_ok=True)

@@ -41,6 +41,7 @@ RULE_PARAMS: dict[str, tuple[str, ...]] = {
     "cos": ("lam",),
     "cos-adaptive": ("lam",),
     "cos-ceiling": ("lam",),
+    "cos-ceiling-rescaled": ("lam",),
     "fuzzy": ("threshold", "divergence"),
     "speccascade": ("p_base",),
     "minp": ("p_base",),

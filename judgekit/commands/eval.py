@@ -129,23 +129,6 @@ def build_points(sweeps: list[dict[str, Any]]):
     return list(unique.values())
 
 
-def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path]:
-    """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
-    from judgekit.evaluate.summary import summary_csv, summary_markdown
-    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
-    from judgekit.store.atomic import atomic_write_bytes
-
-    written = []
-    for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
-        atomic_write_bytes(out_dir / name, text.encode(), 0)
-        written.append(out_dir / name)
-    written.append(plot_tradeoff(rows, out_dir / "be_quality.png", title))
-    trunc = plot_truncation(rows, out_dir / "truncation.png", title)
-    if trunc:
-        written.append(trunc)
-    return written
-
-
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -155,7 +138,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
     `sweep_filter` may edit the resolved sweeps (the demo drops the judge rule when no judge could be trained)."""
     from judgekit.commands.mine import distributed_env
     from judgekit.evaluate.sweep import EvalSettings
-    from judgekit.evaluate.summary import json_rows, summarize, summary_markdown
+    from judgekit.evaluate.report import rebuild_outputs, summary_title
+    from judgekit.evaluate.summary import json_rows, summary_markdown
     from judgekit.evaluate.run import run_eval
     from judgekit.store.records import read_records
     from judgekit.tasks import get_task
@@ -211,10 +195,12 @@ def run(args, pair=None, sweep_filter=None) -> int:
         log(f"rank {rank}/{world}: {records.num_rows}/{len(points) * len(problems)} pairs recorded so far; "
             "the summary is written by the last rank to finish")
         return 0
-    rows = summarize(records)
-    for path in write_outputs(out_dir, rows, settings["title"]):
+    # The summary and plots reflect every record in the directory (a partial rerun extends them).
+    rows, written = rebuild_outputs(out_dir, settings["title"])
+    for path in written:
         log(f"wrote {path}")
-    print(json.dumps(json_rows(rows)) if args.json else summary_markdown(rows, settings["title"]))
+    print(json.dumps(json_rows(rows)) if args.json else
+          summary_markdown(rows, summary_title(settings["title"], run_settings.to_dict())))
     args.summary_rows = rows  # for callers such as `judgekit demo`
     return 0
 

@@ -1,4 +1,5 @@
-"""`judgekit plot`: the trade-off plot (and the truncation comparison) of one or more eval directories."""
+"""`judgekit plot`: the trade-off plot (and the paired and truncation comparisons) of one or more eval
+directories, each as PNG with a vector PDF beside it."""
 
 from __future__ import annotations
 
@@ -6,34 +7,33 @@ from pathlib import Path
 
 
 def run(args) -> int:
-    from judgekit.evaluate.summary import summarize
-    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
-    from judgekit.store.records import read_records
+    from judgekit.evaluate.plots import plot_paired, plot_tradeoff, plot_truncation
+    from judgekit.evaluate.report import load_rows
 
-    rows = []
-    for d in args.dirs:
-        part = summarize(read_records(d))
-        if len(args.dirs) > 1:  # several directories: name each curve after its directory
-            for r in part:
-                r["source"] = Path(d).name
-        rows.extend(part)
-    out = plot_tradeoff(rows, args.out, args.title or "")
-    print(f"wrote {out}")
-    trunc_path = args.truncation or Path(args.out).with_name(Path(args.out).stem + "-truncation.png")
-    trunc = plot_truncation(rows, trunc_path, args.title or "")
-    if trunc:
-        print(f"wrote {trunc}")
+    rows, settings = load_rows(args.dirs)
+    title = args.title or ""
+    out = plot_tradeoff(rows, args.out, title, settings)
+    print(f"wrote {out} (and .pdf)")
+    stem = Path(args.out)
+    for plot, path in ((plot_paired, args.paired or stem.with_name(stem.stem + "-paired.png")),
+                       (plot_truncation, args.truncation or stem.with_name(stem.stem + "-truncation.png"))):
+        written = plot(rows, path, title, settings)
+        if written:
+            print(f"wrote {written} (and .pdf)")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("plot", help="plot block efficiency against quality for eval directories",
-                       description="Block efficiency against quality, one curve per rule, lossless marked, "
-                                   "95%% interval error bars (one panel per temperature and block size), for "
-                                   "one or more `judgekit eval` directories; plus each truncation rule beside "
-                                   "its matched baseline when both were evaluated.")
+                       description="Block efficiency against quality, one curve per rule ordered by BE, each "
+                                   "point labelled with its parameter, lossless marked, 95%% interval error "
+                                   "bars on both axes (one panel per temperature and block size), for one or "
+                                   "more `judgekit eval` directories; plus each point's paired difference "
+                                   "against its baseline, and each truncation rule beside its matched baseline "
+                                   "when both were evaluated. Every plot is a PNG with a vector PDF beside it.")
     p.add_argument("dirs", nargs="+", help="evaluation directories written by `judgekit eval`")
     p.add_argument("--out", required=True, help="PNG file of the trade-off plot")
+    p.add_argument("--paired", help="PNG file of the paired comparison (default: OUT-paired.png)")
     p.add_argument("--truncation", help="PNG file of the truncation comparison (default: OUT-truncation.png)")
     p.add_argument("--title")
     p.set_defaults(func=run)

@@ -84,6 +84,12 @@ def test_seeds_of_a_problem_are_clustered_not_pooled():
     one_seed = PointRecords(problem[::5], seed[::5], outcome, ones[:10] * 4, ones[:10])
     lo1, hi1 = point_intervals(one_seed, seed=0)["quality_ci"]
     assert hi - lo == pytest.approx(hi1 - lo1, abs=0.12)
+    # the paired interval against a point that is always wrong: as wide as with one seed per problem
+    never = PointRecords(problem, seed, np.zeros(50, bool), ones * 4, ones)
+    d5 = paired_stats(a, never, greedy=False, seed=0)["dq_ci"]
+    d1 = paired_stats(one_seed, PointRecords(problem[::5], seed[::5], np.zeros(10, bool), ones[:10] * 4, ones[:10]),
+                      greedy=False, seed=0)["dq_ci"]
+    assert d5 == pytest.approx(d1)  # same clusters, same resamples: seeds that agree add nothing
 
 
 def test_mcnemar_exact_p_and_discordant_counts():

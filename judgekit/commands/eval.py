@@ -210,8 +210,9 @@ def register(sub) -> None:
         "eval", help="evaluate rules on a task: per-problem records, summary with 95%% intervals, plots",
         description="Speculative decoding of a task's problems for every point of a sweep (rules x parameter "
                     "lists x temperatures x block sizes x seeds); grades each completion, records it in "
-                    "Parquet (resumable; sharded across ranks under torchrun), then writes summary.md, "
-                    "summary.csv, be_quality.png and truncation.png in --out. Comma lists sweep: "
+                    "Parquet (resumable; sharded across ranks under torchrun), then rebuilds from every "
+                    "record in --out summary.md, summary.csv (paired statistics against each point's baseline) "
+                    "and the plots be_quality, paired and truncation (PNG and PDF). Comma lists sweep: "
                     "--lenience 0.2,0.4 --judge-threshold p20,p40,0.3 --temperature 0,1.0.")
     p.add_argument("--config", help="TOML or YAML file with the same settings (flags override it)")
     p.add_argument("--task", help="task name (see `judgekit tasks`)")

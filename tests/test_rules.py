@@ -634,8 +634,8 @@ def mc_rule(name):
     return make_rule(name, **params), RuleContext()
 
 
-MC_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "cos-ceiling-rescaled", "fuzzy", "judge", "speccascade",
-            "typical", "minp", "eta"]
+MC_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "cos-ceiling-rescaled", "fuzzy", "judge",
+            "speccascade", "typical", "minp", "eta"]
 
 
 def _mc_reference(name):

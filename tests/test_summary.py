@@ -167,7 +167,8 @@ def test_summary_rows_have_baselines_paired_columns_and_be_intervals():
     assert by[("minp p_base=0.2", 1.0)]["baseline"] == "lossless"
     cos = by[("cos lam=0.5", 0.0)]
     assert cos["paired"]["paired_problems"] == 40 and cos["paired"]["mcnemar_p"] is not None
-    assert cos["paired"]["be_ratio"] == pytest.approx(cos["block_efficiency"] / by[("lossless", 0.0)]["block_efficiency"])
+    lossless_be = by[("lossless", 0.0)]["block_efficiency"]
+    assert cos["paired"]["be_ratio"] == pytest.approx(cos["block_efficiency"] / lossless_be)
     sampled = by[("cos lam=0.5", 1.0)]["paired"]
     assert sampled["paired_records"] == 80 and sampled["paired_problems"] == 40 and sampled["mcnemar_p"] is None
     for r in rows:
@@ -255,3 +256,12 @@ def test_paired_plot_has_one_point_per_compared_row_with_its_interval(monkeypatc
     assert "paired vs baseline" in ax.get_title()
     assert {t.get_text() for t in ax.texts} >= {"λ=0.5", "p=0.2", "p=0.2 vs minp p_base=0.2"}
     assert plot_paired([r for r in rows if r["rule"] == "lossless"], "unused.png") is None
+
+
+def test_one_problem_gives_no_interval_and_standard_json():
+    rows = summarize(make_records(SPEC, 1))
+    cos = next(r for r in rows if r["rule"] == "cos")
+    assert math.isnan(cos["paired"]["dq_ci"][0]) and math.isnan(cos["be_ci"][0])
+    text = json.dumps(json_rows(rows), allow_nan=False)  # NaN is written as null
+    assert json.loads(text)[1]["paired"]["dq_ci"] == [None, None]
+    assert "nan" in summary_markdown(rows)

@@ -51,7 +51,8 @@ def comparison_table(results: list[dict], a: str, b: str, resamples: int) -> str
     from judgekit.evaluate.summary import method_note, paired_cells
 
     lines = [f"a = {a}; b = {b}", "",
-             "| T | γ | paired problems / records | a quality [95 % CI] | b quality [95 % CI] | Δ a − b [95 % CI] | "
+             "| T | γ | paired problems / records | a quality [95 % CI] | b quality [95 % CI] | "
+             "Δ a − b [95 % CI] | "
              "p | a BE [95 % CI] | b BE [95 % CI] | BE a / b [95 % CI] |",
              "|---:|---:|---|---|---|---|---:|---|---|---|"]
     for res in results:
@@ -67,7 +68,7 @@ def comparison_table(results: list[dict], a: str, b: str, resamples: int) -> str
 
 def run(args) -> int:
     from judgekit.evaluate.report import load_rows
-    from judgekit.evaluate.summary import BOOTSTRAP_RESAMPLES, compare_rows
+    from judgekit.evaluate.summary import BOOTSTRAP_RESAMPLES, compare_rows, no_nan
 
     if args.resamples is None:
         args.resamples = BOOTSTRAP_RESAMPLES
@@ -85,8 +86,8 @@ def run(args) -> int:
         results.append({"a": ra, "b": rb, "paired": paired})
     if args.json:
         keep = ("label", "temperature", "block_size", "n", "quality", "quality_ci", "block_efficiency", "be_ci")
-        print(json.dumps([{"a": {k: r["a"][k] for k in keep}, "b": {k: r["b"][k] for k in keep},
-                           "paired": r["paired"], "resamples": args.resamples} for r in results]))
+        print(json.dumps(no_nan([{"a": {k: r["a"][k] for k in keep}, "b": {k: r["b"][k] for k in keep},
+                                  "paired": r["paired"], "resamples": args.resamples} for r in results])))
     else:
         print(comparison_table(results, args.a, args.b, args.resamples), end="")
     return 0

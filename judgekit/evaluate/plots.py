@@ -180,8 +180,8 @@ def plot_paired(rows: list[dict], out: str | Path, title: str = "", settings=Non
             x, y = p["be_ratio"] or float("nan"), 100 * p["dq"]
             c = colour[name]
             ax.errorbar([x], [y], xerr=_err([x], [p["be_ratio_ci"]]), yerr=_err([p["dq"]], [p["dq_ci"]], 100),
-                        fmt=marker[name], markersize=_marker_size(names.index(name)), markerfacecolor="none", markeredgewidth=1.6, color=c,
-                        capsize=2, elinewidth=0.8, label=None if name in seen else name, zorder=6)
+                        fmt=marker[name], markersize=_marker_size(names.index(name)), markerfacecolor="none",
+                        markeredgewidth=1.6, color=c, capsize=2, elinewidth=0.8, label=None if name in seen else name, zorder=6)
             seen.add(name)
             tag = " ".join(x for x in (point_tag(r), f"vs {r['baseline']}" if r["baseline"] != "lossless" else "")
                            if x)

@@ -351,6 +351,17 @@ JSON_KEYS = ("label", "rule", "params", "temperature", "block_size", "seeds", "n
              "wall_time", "accept_hist")
 
 
+def no_nan(value):
+    """NaN (an interval from fewer than two problems) as null, so the JSON stays standard."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [no_nan(v) for v in value]
+    return value
+
+
 def json_rows(rows: list[dict]) -> list[dict]:
     """The rows `judgekit eval --json` prints (no sets, no record arrays)."""
-    return [{k: r[k] for k in JSON_KEYS} for r in rows]
+    return [no_nan({k: r[k] for k in JSON_KEYS}) for r in rows]

@@ -265,3 +265,13 @@ def test_one_problem_gives_no_interval_and_standard_json():
     text = json.dumps(json_rows(rows), allow_nan=False)  # NaN is written as null
     assert json.loads(text)[1]["paired"]["dq_ci"] == [None, None]
     assert "nan" in summary_markdown(rows)
+
+
+def test_each_truncation_rule_is_followed_by_its_matched_baseline():
+    spec = {"eta epsilon=0.05 delta=0.3": ("eta", {"epsilon": 0.05, "delta": 0.3}, 0.5, 4),
+            "typical epsilon=0.05 delta=0.3": ("typical", {"epsilon": 0.05, "delta": 0.3}, 0.5, 5),
+            "minp p_base=0.2": ("minp", {"p_base": 0.2}, 0.5, 4),
+            "speccascade p_base=0.2": ("speccascade", {"p_base": 0.2}, 0.5, 5),
+            "lossless": ("lossless", {}, 0.5, 4)}
+    assert [r["rule"] for r in summarize(make_records(spec, 5))] == \
+        ["lossless", "speccascade", "minp", "typical", "eta"]

@@ -214,7 +214,7 @@ def summarize(records, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
         hist.extend([0] * (len(r["accept_hist"]) - len(hist)))
         for i, c in enumerate(r["accept_hist"]):
             hist[i] += c
-    order = {name: i for i, name in enumerate([*SUMMARY_ORDER, *RULES])}
+    order = {name: i for i, name in enumerate(dict.fromkeys([*SUMMARY_ORDER, *RULES]))}  # first place wins
     rows = []
     for key, g in groups.items():
         g["arrays"] = PointRecords.from_records(per_point[key])

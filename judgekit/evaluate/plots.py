@@ -99,17 +99,28 @@ def _colours(plt, names: list[str]) -> dict[str, tuple]:
     return {n: palette(i % palette.N) for i, n in enumerate(names)}
 
 
+def _merge_tags(tags: list[str]) -> str:
+    """Labels of one curve's points that land on one spot, as one label: "λ=0.2, 0.5, 0.8"."""
+    keys = {t.split("=", 1)[0] for t in tags}
+    if len(keys) == 1 and all(t.count("=") == 1 for t in tags):
+        return f"{keys.pop()}={', '.join(t.split('=', 1)[1] for t in tags)}"
+    return "; ".join(tags)
+
+
 def _label_points(ax, xs, ys, tags, colour, slot: int) -> None:
-    """Write each point's parameter beside it; curves take turns around the point (slot), so labels of points
-    that coincide (e.g. several rules on the lossless point) do not print over each other."""
-    angle = math.radians(35 + 70 * slot)
-    dx, dy = 16 * math.cos(angle), 12 * math.sin(angle)
+    """Write each point's parameter beside it. Curves take turns around the point (slot), so labels of points
+    that coincide (e.g. several rules on the lossless point) do not print over each other, and one curve's
+    points on one spot (greedy lenience at every ℓ, say) share one label."""
+    spots: dict[tuple, list[str]] = {}
     for x, y, tag in zip(xs, ys, tags):
         if tag:
-            ax.annotate(tag, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7, color=colour,
-                        ha="left" if dx >= 0 else "right", va="center", zorder=8,
-                        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75},
-                        arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.5, "alpha": 0.6})
+            spots.setdefault((round(x, 6), round(y, 6)), []).append(tag)
+    angle = math.radians(35 + 70 * slot)
+    dx, dy = 16 * math.cos(angle), 12 * math.sin(angle)
+    for (x, y), group in spots.items():
+        ax.annotate(_merge_tags(group), (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                    color=colour, ha="left" if dx >= 0 else "right", va="center", zorder=8,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})
 
 
 def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "", settings=None) -> Path:
@@ -152,9 +163,44 @@ def plot_tradeoff(rows: list[dict], out: str | Path, title: str = "", settings=N
         ax.set_title(_heading(title, pair, _mode(temp, gamma)), fontsize=10)
         ax.grid(alpha=0.3)
         ax.margins(x=0.15, y=0.1)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    _legend(fig, axes[0])
+    _declutter(fig, axes[0])
     return _save(fig, out)
+
+
+def _declutter(fig, axes) -> None:
+    """Move point labels that overlap an earlier label to the first free place around their point (eight
+    directions, two distances); a label with no free place keeps its first one. A few dozen labels: cheap."""
+    renderer = fig.canvas.get_renderer()
+    spots = [(math.cos(math.radians(a)), math.sin(math.radians(a))) for a in range(0, 360, 45)]
+    for ax in axes:
+        placed = []
+        for ann in ax.texts:
+            first = (ann.xyann, ann.get_ha())
+            for offset in [None] + [(r * cx, 0.8 * r * cy) for r in (14, 28) for cx, cy in spots]:
+                if offset is not None:  # None: try the label where it was put first
+                    ann.xyann = offset
+                    ann.set_ha("left" if offset[0] > 0.1 else "right" if offset[0] < -0.1 else "center")
+                box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+                if not any(box.overlaps(b) for b in placed):
+                    break
+            else:
+                ann.xyann, ha = first
+                ann.set_ha(ha)
+                box = ann.get_window_extent(renderer)
+            placed.append(box)
+
+
+def _legend(fig, axes) -> None:
+    """One legend for all panels (a curve has one colour and marker everywhere), outside on the right, where
+    it hides no point; a fixed place also spares matplotlib's slow search for the 'best' one."""
+    handles: dict = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.tight_layout()
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
+               frameon=False)
 
 
 def plot_paired(rows: list[dict], out: str | Path, title: str = "", settings=None) -> Path | None:
@@ -191,8 +237,8 @@ def plot_paired(rows: list[dict], out: str | Path, title: str = "", settings=Non
         ax.set_title(_heading(title, pair, f"paired vs baseline, {_mode(temp, gamma)}"), fontsize=10)
         ax.grid(alpha=0.3)
         ax.margins(x=0.15, y=0.1)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    _legend(fig, axes[0])
+    _declutter(fig, axes[0])
     return _save(fig, out)
 
 
@@ -266,7 +312,7 @@ def _save(fig, out) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, kwargs in ((out, {"format": "png", "dpi": 150}), (out.with_suffix(".pdf"), {"format": "pdf"})):
         buf = io.BytesIO()
-        fig.savefig(buf, **kwargs)
+        fig.savefig(buf, bbox_inches="tight", **kwargs)  # "tight" keeps the legend beside the panels
         atomic_write_bytes(path, buf.getvalue())
     plt.close(fig)
     return out

@@ -254,7 +254,7 @@ def test_paired_plot_has_one_point_per_compared_row_with_its_interval(monkeypatc
     plot_paired(rows, "unused.png")
     (ax,) = figs[0].axes
     assert "paired vs baseline" in ax.get_title()
-    assert {t.get_text() for t in ax.texts} >= {"λ=0.5", "p=0.2", "p=0.2 vs minp p_base=0.2"}
+    assert {t.get_text() for t in ax.texts} >= {"λ=0.5", "p=0.2", "p=0.2 vs minp"}
     assert plot_paired([r for r in rows if r["rule"] == "lossless"], "unused.png") is None
 
 

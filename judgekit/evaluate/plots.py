@@ -227,10 +227,12 @@ def plot_paired(rows: list[dict], out: str | Path, title: str = "", settings=Non
             c = colour[name]
             ax.errorbar([x], [y], xerr=_err([x], [p["be_ratio_ci"]]), yerr=_err([p["dq"]], [p["dq_ci"]], 100),
                         fmt=marker[name], markersize=_marker_size(names.index(name)), markerfacecolor="none",
-                        markeredgewidth=1.6, color=c, capsize=2, elinewidth=0.8, label=None if name in seen else name, zorder=6)
+                        markeredgewidth=1.6, color=c, capsize=2, elinewidth=0.8,
+                        label=None if name in seen else name, zorder=6)
             seen.add(name)
-            tag = " ".join(x for x in (point_tag(r), f"vs {r['baseline']}" if r["baseline"] != "lossless" else "")
-                           if x)
+            # a matched baseline has the same parameters by construction: its rule's name says enough
+            against = r["baseline"].split()[0]
+            tag = " ".join(x for x in (point_tag(r), f"vs {against}" if against != "lossless" else "") if x)
             _label_points(ax, [x], [y], [tag], c, names.index(name))
         ax.set_xlabel("BE / baseline (95 % CI)")
         ax.set_ylabel("Δ quality vs baseline (points, paired 95 % CI)")

@@ -46,7 +46,11 @@ def _tv(a, b):
 #            capped at 0.2; Delta_l = sum (q - p/l)+ / TV = 0.2 / 0.35 = 4/7;
 #            tokens 0, 2 (q <= p): 0.2 + 4/7 * 0.3, 0.1 + 4/7 * 0.05;
 #            acceptance = sum q min(1, p/(l q)) = 0.2 + 0.3 + 0.1 + 0.2 = 0.8
-# cos-ceiling: f = [0.35, 0.275, 0.125, 0.2] (token 3: q = 0.4 > p/lam = 0.2 -> 0.2), sum f = 0.95, P = f/0.95
+# cos-ceiling-rescaled: f = [0.35, 0.275, 0.125, 0.2] (token 3: q = 0.4 > p/lam = 0.2 -> 0.2), sum f = 0.95,
+#            P = f/0.95
+# cos-ceiling: the same f kept where q > p (tokens 1, 3: 0.275, 0.2); rejected mass 0.025 + 0.2 = 0.225,
+#            Delta_c = 0.225 / 0.35 = 9/14; tokens 0, 2: 0.2 + 9/14 * 0.3, 0.1 + 9/14 * 0.05;
+#            acceptance = 0.2 + 0.275 + 0.1 + 0.2 = 0.775
 # cos-adaptive: f = [0.2 + 4/7 * 0.3, 0.275, 0.1 + 4/7 * 0.05, 0.25], sum f = 1.025, P = f / 1.025
 #            (both verify losslessly against P: acceptance = sum min(q, P))
 # speccascade: P = q / Z_A(q) on A = [0.2, 0.3] / 0.5 = [0.4, 0.6, 0, 0]; reference p_A = [2/3, 1/3, 0, 0];
@@ -58,6 +62,7 @@ def _tv(a, b):
 COS = [0.35, 0.275, 0.125, 0.25]
 LEN = [0.2 + 4 / 7 * 0.3, 0.3, 0.1 + 4 / 7 * 0.05, 0.2]
 CEIL = [v / 0.95 for v in (0.35, 0.275, 0.125, 0.2)]
+CEIL_CAPPED = [0.2 + 9 / 14 * 0.3, 0.275, 0.1 + 9 / 14 * 0.05, 0.2]
 ADAPT = [v / 1.025 for v in (0.2 + 4 / 7 * 0.3, 0.275, 0.1 + 4 / 7 * 0.05, 0.25)]
 P_A = [2 / 3, 1 / 3, 0.0, 0.0]
 SPEC = [0.4, 0.6, 0.0, 0.0]
@@ -65,7 +70,8 @@ HAND = {  # rule, params -> (induced, reference, acceptance)
     ("lossless", ()): (P, P, 0.65),
     ("cos", (("lam", 0.5),)): (COS, P, 0.825),
     ("lenience", (("lenience", 0.5),)): (LEN, P, 0.8),
-    ("cos-ceiling", (("lam", 0.5),)): (CEIL, P, sum(min(a, b) for a, b in zip(Q, CEIL))),
+    ("cos-ceiling", (("lam", 0.5),)): (CEIL_CAPPED, P, 0.775),
+    ("cos-ceiling-rescaled", (("lam", 0.5),)): (CEIL, P, sum(min(a, b) for a, b in zip(Q, CEIL))),
     ("cos-adaptive", (("lam", 0.5),)): (ADAPT, P, sum(min(a, b) for a, b in zip(Q, ADAPT))),
     ("speccascade", (("p_base", 0.4),)): (SPEC, P_A, 0.5),
     ("minp", (("p_base", 0.4),)): (P_A, P_A, 0.5),

@@ -99,7 +99,7 @@ def test_cli_generate_json(dirs):
     (["--rule", "cos", "--lam", "1.5"], "lambda must be in [0, 1]"),
     (["--rule", "speccascade", "--p-base", "1.2"], "p_base must be in (0, 1)"),
     (["--rule", "judge"], "needs --judge"),
-    (["--temperature", "-1"], "temperature must be >= 0"),
+    (["--temperature", "-1"], "--temperature must be a number in [0, inf)"),
 ])
 def test_cli_bad_rule_parameters_give_one_line(dirs, extra, message, capsys):
     """In process (a subprocess per case costs seconds of imports; the ones above and below run the real

@@ -6,7 +6,9 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * eq. 8  (interpolation / CoS):     P = lam p + (1 - lam) q
 * Table 1 (ablations of lenience):  f = q + Delta_l (p - q) where q <= p, lam p + (1 - lam) q above
                                     (cos-adaptive); f = lam p + (1 - lam) q where q <= p / lam, p / lam
-                                    above (cos-ceiling); P = f / sum f (the documented normalisation)
+                                    above, P = f / sum f (cos-ceiling-rescaled; the documented
+                                    normalisation); cos-ceiling keeps f where q > p and gives the
+                                    under-region q + Delta (p - q), Delta = sum (q - f)+ / TV (the cap holds)
 * eq. 10 (lenience):                piecewise in q <= p, p < q <= p/l, q >= p/l, with Delta_l as in sec. 3.1
 * eq. 12 (judge, appendix F.1):     piecewise in q <= p, q > p & j = 0, q > p & j = 1, Delta_j = R_j / R
 * sec. 3.2 (truncation-based):      q / Z_Theta(q) on A_Theta, 0 off it (p_Theta when Z_Theta(q) = 0,
@@ -41,6 +43,8 @@ from stat_checks import ALPHA, chi2_quantile, gof
 from judgekit.errors import JudgekitError
 from judgekit.decode.rules import (
     CoS,
+    CoSCeiling,
+    CoSCeilingRescaled,
     Lenience,
     Lossless,
     Rule,
@@ -111,9 +115,21 @@ def ref_cos_adaptive(p, q, lam):  # Table 1, left column, normalised
     return f / f.sum()
 
 
-def ref_cos_ceiling(p, q, lam):  # Table 1, right column, normalised
-    f = np.array([lam * p[v] + (1 - lam) * q[v] if q[v] <= p[v] / lam else p[v] / lam for v in range(len(p))])
+def _ref_ceiling_f(p, q, lam):  # Table 1, right column, as printed
+    return np.array([lam * p[v] + (1 - lam) * q[v] if q[v] <= p[v] / lam else p[v] / lam for v in range(len(p))])
+
+
+def ref_cos_ceiling_rescaled(p, q, lam):  # Table 1, right column, normalised
+    f = _ref_ceiling_f(p, q, lam)
     return f / f.sum()
+
+
+def ref_cos_ceiling(p, q, lam):  # Table 1, right column where q > p; the lossless residual fills q <= p
+    f = _ref_ceiling_f(p, q, lam)
+    over = q > p
+    tv = 0.5 * np.abs(q - p).sum()
+    delta = (q[over] - f[over]).sum() / tv if tv > 0 else 1.0
+    return np.where(over, f, q + delta * (p - q))
 
 
 def ref_judge(p, q, j):  # eq. 12, Delta_j = R_j / R (appendix F.1)
@@ -333,7 +349,8 @@ def test_cos_induced_matches_eq8(lam):
 
 
 @pytest.mark.parametrize("lam", [0.05, 0.25, 0.5, 0.9, 1.0])
-@pytest.mark.parametrize("name,ref", [("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling)])
+@pytest.mark.parametrize("name,ref", [("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling),
+                                      ("cos-ceiling-rescaled", ref_cos_ceiling_rescaled)])
 def test_cos_ablations_match_table1(name, ref, lam):
     """Table 1's two ablations: closed form and the rule's own mechanism (generic_induced) both equal the
     normalised Table 1 formula; at lam = 1 both are lossless."""
@@ -350,14 +367,42 @@ def test_cos_ablations_differ_from_cos_and_lenience():
     """On the random pairs the ablations are neither CoS nor lenience (else the ablation would be empty):
     cos-adaptive differs from CoS only through Delta_l != lam, cos-ceiling only above p / lam."""
     lam = 0.4
-    gaps = {"cos-adaptive": [], "cos-ceiling": []}
+    gaps = {"cos-adaptive": [], "cos-ceiling": [], "cos-ceiling-rescaled": []}
     for p, q in PAIRS:
         cos, len_ = ref_cos(p, q, lam), ref_lenience(p, q, lam)
-        for name, ref in (("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling)):
+        for name, ref in (("cos-adaptive", ref_cos_adaptive), ("cos-ceiling", ref_cos_ceiling),
+                          ("cos-ceiling-rescaled", ref_cos_ceiling_rescaled)):
             got = ref(p, q, lam)
             gaps[name].append(min(0.5 * np.abs(got - cos).sum(), 0.5 * np.abs(got - len_).sum()))
-    for name, g in gaps.items():
-        assert np.median(g) > 0.01, (name, np.median(g))
+    for name in ("cos-adaptive", "cos-ceiling-rescaled"):
+        assert np.median(gaps[name]) > 0.01, (name, np.median(gaps[name]))
+    # The capped ceiling differs from lenience (l = lam) only through the mixture on p < q <= p / lam: on
+    # sparse random pairs most overshoots lie beyond the cap, where both give p / lam, so it equals lenience
+    # there; it must still differ from both parents on a good share of the pairs.
+    assert np.mean(np.array(gaps["cos-ceiling"]) > 0.01) > 0.2
+    for p, q in PAIRS:
+        if not ((q > p) & (q <= p / lam)).any():
+            np.testing.assert_allclose(ref_cos_ceiling(p, q, lam), ref_lenience(p, q, lam), atol=1e-12)
+
+
+def test_cos_ceiling_keeps_its_cap_where_rescaling_breaks_it():
+    """The issue's example: p = [0.9, 0.1], q = [0.3, 0.7], lam = 0.5, cap p / lam = 0.2 on token 1. The capped
+    reading emits exactly [0.8, 0.2]; the rescaled one [0.75, 0.25], over the cap. On random pairs the capped
+    reading never passes p / lam where q > p, nor p where q <= p."""
+    p, q = _t([0.9, 0.1]).unsqueeze(0), _t([0.3, 0.7]).unsqueeze(0)
+    for name, want in (("cos-ceiling", [0.8, 0.2]), ("cos-ceiling-rescaled", [0.75, 0.25])):
+        rule = make_rule(name, lam=0.5)
+        assert_rows_close(rule.induced(p, q, RuleContext()), [want])
+        assert_rows_close(generic_induced(rule, p, q, RuleContext()), [want])
+    broke = 0
+    for lam in (0.2, 0.5, 0.8):
+        for p, q in PAIRS:
+            capped, rescaled = ref_cos_ceiling(p, q, lam), ref_cos_ceiling_rescaled(p, q, lam)
+            over = q > p
+            assert (capped[over] <= np.minimum(q, p / lam)[over] + 1e-12).all()
+            assert (capped[~over] <= p[~over] + 1e-12).all()
+            broke += bool((rescaled[over] > p[over] / lam + 1e-9).any())
+    assert broke > 0  # the rescaled reading does break the cap on some random pairs
 
 
 @pytest.mark.parametrize("ell", [0.05, 0.3, 0.5, 0.8, 1.0])
@@ -478,6 +523,8 @@ RULE_SPECS = [
     ("cos-adaptive", {"lam": 0.8}),
     ("cos-ceiling", {"lam": 0.3}),
     ("cos-ceiling", {"lam": 0.8}),
+    ("cos-ceiling-rescaled", {"lam": 0.3}),
+    ("cos-ceiling-rescaled", {"lam": 0.8}),
     ("fuzzy", {"threshold": 0.3, "divergence": "kl"}),
     ("fuzzy", {"threshold": 0.2, "divergence": "tv"}),
     ("fuzzy", {"threshold": 0.05, "divergence": "js"}),
@@ -576,6 +623,7 @@ def mc_rule(name):
         "cos": {"lam": 0.4},
         "cos-adaptive": {"lam": 0.4},
         "cos-ceiling": {"lam": 0.4},
+        "cos-ceiling-rescaled": {"lam": 0.4},
         "fuzzy": {"threshold": 0.5, "divergence": "tv"},  # TV(p, q) = 0.45 < 0.5: gate open, P = q
         "speccascade": {"p_base": 0.3},
         "typical": {"epsilon": 0.05, "delta": 0.9},
@@ -586,8 +634,8 @@ def mc_rule(name):
     return make_rule(name, **params), RuleContext()
 
 
-MC_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "fuzzy", "judge", "speccascade",
-            "typical", "minp", "eta"]
+MC_RULES = ["lossless", "lenience", "cos", "cos-adaptive", "cos-ceiling", "cos-ceiling-rescaled", "fuzzy", "judge",
+            "speccascade", "typical", "minp", "eta"]
 
 
 def _mc_reference(name):
@@ -599,6 +647,7 @@ def _mc_reference(name):
         "cos": ref_cos(p, q, 0.4),
         "cos-adaptive": ref_cos_adaptive(p, q, 0.4),
         "cos-ceiling": ref_cos_ceiling(p, q, 0.4),
+        "cos-ceiling-rescaled": ref_cos_ceiling_rescaled(p, q, 0.4),
         "fuzzy": ref_fuzzy(p, q, 0.5, "tv"),
         "judge": ref_judge(p, q, np.array([0, 1, 1, 0, 0, 1.0])),
         "speccascade": ref_truncation_verify(p, q, ref_minp_set(p, 0.3)),
@@ -615,9 +664,11 @@ def test_mc_position_makes_rules_differ():
     distinct = {n for n in MC_RULES if 0.5 * np.abs(refs[n] - MC_P).sum() > 0.03}
     assert distinct == set(MC_RULES) - {"lossless"}
     # the ablations are told apart from their parents at this position
-    for name in ("cos-adaptive", "cos-ceiling"):
+    for name in ("cos-adaptive", "cos-ceiling", "cos-ceiling-rescaled"):
         for parent in ("cos", "lenience"):
             assert 0.5 * np.abs(refs[name] - refs[parent]).sum() > 0.03, (name, parent)
+    # and the two readings of the ceiling column are told apart (the planted mistake below relies on it)
+    assert 0.5 * np.abs(refs["cos-ceiling"] - refs["cos-ceiling-rescaled"]).sum() > 0.025
 
 
 @pytest.mark.parametrize("name", MC_RULES)
@@ -744,10 +795,22 @@ class WrongResidualCoS(CoS):
         return 0.8 * base + 0.2 * q
 
 
+class RescaledCoSCeiling(CoSCeiling):
+    """The rescaled mechanism (verify against f / sum f) claiming the capped closed form: the readings
+    differ by TV ~0.03 at the MC position, so mistaking one for the other must be caught."""
+
+    def acceptance(self, p, q, x, ctx):
+        return CoSCeilingRescaled.acceptance(self, p, q, x, ctx)
+
+    def residual(self, p, q, ctx):
+        return CoSCeilingRescaled.residual(self, p, q, ctx)
+
+
 PLANTED = [  # (label, rule, seed offset, draws): the gross mistakes need fewer draws to be caught
     ("wrong-residual-lossless", WrongResidualLossless(), 0, 10_000),
     ("wrong-cap-lenience", WrongCapLenience(lenience=0.5), 1, 10_000),
     ("mixed-residual-cos", WrongResidualCoS(lam=0.4), 2, N_DRAWS),
+    ("rescaled-as-capped-cos-ceiling", RescaledCoSCeiling(lam=0.4), 3, 3 * N_DRAWS),
 ]
 
 
@@ -874,6 +937,8 @@ def _judge_fn(hidden, tokens):
         ("cos-adaptive", {"lam": 1.1}),
         ("cos-ceiling", {"lam": 0.0}),
         ("cos-ceiling", {"lam": float("nan")}),
+        ("cos-ceiling-rescaled", {"lam": 0.0}),
+        ("cos-ceiling-rescaled", {"lam": 1.5}),
         ("speccascade", {"p_base": 0.0}),
         ("speccascade", {"p_base": 1.0}),
         ("minp", {"p_base": -0.2}),

@@ -23,6 +23,7 @@ def given_settings(args) -> dict:
 
 def run(args) -> int:
     from judgekit.evaluate import job as eval_job
+    from judgekit.evaluate.report import summary_title
     from judgekit.evaluate.summary import json_rows, summary_markdown
 
     job = eval_job.prepare(args.config, given_settings(args))
@@ -34,7 +35,8 @@ def run(args) -> int:
         return 0
     rows = eval_job.run(job, quiet=args.quiet)
     if rows is not None:
-        print(json.dumps(json_rows(rows)) if args.json else summary_markdown(rows, job.settings["title"]))
+        title = summary_title(job.settings["title"], job.run_settings.to_dict())
+        print(json.dumps(json_rows(rows)) if args.json else summary_markdown(rows, title))
     return 0
 
 

@@ -62,7 +62,8 @@ def in_interval(value: float, interval: str) -> bool:
 LENIENCE = Param("lenience", float, 0.5, "lenience", "lenience", "lenience l", "(0, 1]",
                  grid=(0.2, 0.5, 0.8))
 LAM = Param("lam", float, 0.5, "lam", "lambda",
-            "interpolation lambda: [0, 1] for cos, (0, 1] for cos-adaptive and cos-ceiling", "[0, 1]",
+            "interpolation lambda: [0, 1] for cos, (0, 1] for cos-adaptive, cos-ceiling and cos-ceiling-rescaled",
+            "[0, 1]",
             grid=(0.2, 0.5, 0.8))
 # Table 1's ablations divide by lambda: lambda = 0 (pure draft) is not allowed there, unlike plain CoS.
 LAM_POSITIVE = Param("lam", float, 0.5, "lam", "lambda", LAM.help, "(0, 1]", grid=LAM.grid)
@@ -94,6 +95,7 @@ _SPECS = [
     RuleSpec("cos", (LAM,)),
     RuleSpec("cos-adaptive", (LAM_POSITIVE,)),
     RuleSpec("cos-ceiling", (LAM_POSITIVE,)),
+    RuleSpec("cos-ceiling-rescaled", (LAM_POSITIVE,)),
     RuleSpec("fuzzy", (FUZZY_THRESHOLD, DIVERGENCE)),
     RuleSpec("judge", (JUDGE_THRESHOLD,), needs_judge=True),
     RuleSpec("speccascade", (P_BASE,)),

@@ -170,7 +170,8 @@ class _CoSAblation(Rule):
     gives up lam * TV), and the paper does not say how its implementation restores the balance. We take the
     reading that keeps every piece's shape: the verification target is nu' = f / sum_v f(v), verified like
     CoS verifies against nu (h = min(1, nu'/q), residual norm((nu' - q)+)), so the induced distribution is
-    exactly nu'. Both reduce to lossless at lam = 1 (f = p there, Z = 1).
+    exactly nu'. Both reduce to lossless at lam = 1 (f = p there, Z = 1). ``cos-ceiling`` (the default
+    reading of the right column) overrides this to keep its cap exactly; see :class:`CoSCeiling`.
     """
 
     lam: float = rule_field(P.LAM_POSITIVE)  # p / lam appears in both formulas: lam = 0 is not allowed
@@ -209,15 +210,52 @@ class CoSAdaptive(_CoSAblation):
         return torch.where(q <= p, q + delta * (p - q), self.lam * p + (1 - self.lam) * q)
 
 
+def _ceiling_formula(p: Tensor, q: Tensor, lam: float) -> Tensor:
+    """Table 1, right: CoS's mixture lam p + (1 - lam) q where q <= p / lam, lenience's ceiling p / lam above."""
+    ceiling = p / lam
+    return torch.where(q <= ceiling, lam * p + (1 - lam) * q, ceiling)
+
+
 @dataclass
 class CoSCeiling(_CoSAblation):
-    """Table 1, right: CoS's mixture where q <= p / lam, lenience's overshoot ceiling p / lam above it."""
+    """Table 1, right, read so that the ceiling holds exactly (the default reading of ``cos-ceiling``).
+
+    Where the draft overshoots (q > p) the emitted mass is Table 1's f = min(lam p + (1 - lam) q, p / lam)
+    itself, never more than the cap p / lam the ablation is named for; where q <= p every draft token is
+    kept and the standard residual norm((p - q)+) hands out the mass the over-region gave up. So
+    h = min(1, f / q) (f >= q where q <= p, hence h = 1 there), r = norm((p - q)+), and the induced
+    distribution has lenience's shape: P = q + Delta (p - q) where q <= p, f where q > p, with
+    Delta = sum_v (q - f)+ / TV(p, q) <= 1 (f >= p above, so the under-region never passes p). The
+    rescaled reading f / sum f (``cos-ceiling-rescaled``) can lift an overshooting token above p / lam.
+    """
 
     name: ClassVar[str] = "cos-ceiling"
 
     def piecewise(self, p, q):
-        ceiling = p / self.lam
-        return torch.where(q <= ceiling, self.lam * p + (1 - self.lam) * q, ceiling)
+        return _ceiling_formula(p, q, self.lam)
+
+    def acceptance(self, p, q, x, ctx):
+        return _ratio(_gather(self.piecewise(p, q), x), _gather(q, x)).clamp(max=1.0)
+
+    def residual(self, p, q, ctx):
+        return Rule.residual(self, p, q, ctx)
+
+    def induced(self, p, q, ctx):
+        f = self.piecewise(p, q)
+        tv = _tv(p, q)
+        delta = (q - f).clamp_min(0).sum(-1) / tv.clamp_min(_EPS)
+        delta = torch.where(tv > _EPS, delta, torch.ones_like(delta)).unsqueeze(-1)
+        return torch.where(q <= p, q + delta * (p - q), f)
+
+
+@dataclass
+class CoSCeilingRescaled(_CoSAblation):
+    """Table 1, right, rescaled: verify against f / sum_v f(v) (the reading of the class docstring above)."""
+
+    name: ClassVar[str] = "cos-ceiling-rescaled"
+
+    def piecewise(self, p, q):
+        return _ceiling_formula(p, q, self.lam)
 
 
 def divergence(p: Tensor, q: Tensor, kind: str) -> Tensor:
@@ -415,7 +453,8 @@ class Eta(_Eta, _MatchedTruncation):
 
 
 # In judgekit.decode.params' order (its RULE_NAMES are what the CLI offers without importing torch).
-RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Lossless, Lenience, CoS, CoSAdaptive, CoSCeiling, Fuzzy,
+RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Lossless, Lenience, CoS, CoSAdaptive, CoSCeiling,
+                                                         CoSCeilingRescaled, Fuzzy,
                                                          Judge, SpecCascade, Typical, MinP, Eta)}
 
 

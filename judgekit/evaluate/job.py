@@ -75,7 +75,7 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
     from judgekit.config import check_positions
     from judgekit.dist import DistEnv, distributed_env, rank_device
     from judgekit.evaluate.run import run_eval
-    from judgekit.evaluate.summary import summarize
+    from judgekit.evaluate.report import rebuild_outputs
     from judgekit.judge.head import bind_rule
     from judgekit.decode.rules import make_rule
     from judgekit.models import load_model_pair
@@ -108,24 +108,8 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
         log(f"rank {rank}/{world}: {records.num_rows}/{len(job.points) * len(job.problems)} pairs recorded so "
             "far; the summary is written by the last rank to finish")
         return None
-    rows = summarize(records)
-    for path in write_outputs(job.out, rows, s["title"]):
+    # The summary and plots reflect every record in the directory (a partial rerun extends them).
+    rows, written = rebuild_outputs(job.out, s["title"])
+    for path in written:
         log(f"wrote {path}")
     return rows
-
-
-def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path]:
-    """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
-    from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
-    from judgekit.evaluate.summary import summary_csv, summary_markdown
-    from judgekit.store.atomic import atomic_write_bytes
-
-    written = []
-    for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
-        atomic_write_bytes(out_dir / name, text.encode(), 0)
-        written.append(out_dir / name)
-    written.append(plot_tradeoff(rows, out_dir / "be_quality.png", title))
-    trunc = plot_truncation(rows, out_dir / "truncation.png", title)
-    if trunc:
-        written.append(trunc)
-    return written

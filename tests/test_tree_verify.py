@@ -169,6 +169,17 @@ def test_every_decision_along_the_path_is_target(name, proposal):
     assert stat < bound and worst < 1.0
 
 
+def test_sampled_siblings_past_the_drafts_support_are_ignored():
+    """q puts mass on two tokens only, the tree asks for three siblings: the third draw has q = 0 and is
+    no sibling at all (it is never accepted and adds no residual step); the output is still p."""
+    q0 = np.array([0.0, 0.0, 0.6, 0.4, 0.0, 0.0])
+    _, tokens, _, _, res = run_tree(make_rule("lossless"), "3", "sample", N_DRAWS, 61, q0=q0)
+    assert not np.isin(tokens[:, 3].numpy(), [2, 3]).any()  # the third sibling lies outside q's support
+    assert not (res.path[:, 1] == 3).any()
+    stat, chi_bound, l1, l1_bound = gof(np.bincount(first_token(res), minlength=V), P0)
+    assert stat < chi_bound and l1 < l1_bound
+
+
 # ----------------------------------------------------------------------------------------------------------
 # 2. Closed forms (G.3) against an independent transcription and against Monte Carlo
 

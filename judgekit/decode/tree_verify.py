@@ -82,6 +82,11 @@ def without(d: Tensor, x: Tensor) -> Tensor:
     return _normalise(rest, d)
 
 
+def _point(x: Tensor, vocab: int, dtype) -> Tensor:
+    """Point masses at tokens x [n]: [n, V] in the given dtype (one_hot would build an int64 block first)."""
+    return torch.zeros(x.shape[0], vocab, dtype=dtype, device=x.device).scatter_(1, x.unsqueeze(1), 1.0)
+
+
 @dataclass
 class TreeResult:
     path: Tensor  # [B, D+1] node indices root..terminal node, -1 after it
@@ -96,45 +101,94 @@ def _rows(t: Tensor | None, idx: Tensor) -> Tensor | None:
     return None if t is None else t[:, idx].reshape(-1, *t.shape[2:])
 
 
-def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor | None, ctx: RuleContext,
-            proposal: str, u: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The recursion over siblings at every internal node of every row at once.
+@dataclass
+class _Decisions:
+    """The sibling recursion's outcome at every internal node of every row, flattened to [B * nI] rows."""
 
-    Returns (chosen [B, nI]: rank of the accepted child, W if none; final [B, nI, V]: t after the last
-    sibling; tried [B, nI]: whether the node had any sibling to verify)."""
+    chosen: Tensor  # [B, nI] rank of the accepted child, W if none
+    tried: Tensor  # [B, nI] the node had a sibling to verify (else its token is the bonus)
+    t: Tensor  # [B * nI, V] the target before the node's last sibling (after the rejected ones before it)
+    d: Tensor | None  # sampled siblings: [B * nI, V] the last sibling's law; top-k: None (a point mass)
+    last: Tensor  # [B * nI] token of the node's last sibling
+    last_child: Tensor  # [nI] node index of each internal node's last child
+    pending: Tensor  # [B * nI] the last sibling was verified and rejected: one more residual step is due
+    shape: Tensor | None  # [B * nI, V] the node's own target shape (its truncation sets), if the rule reads one
+
+
+def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor | None, ctx: RuleContext,
+            proposal: str, u: Tensor, active: Tensor) -> _Decisions:
+    """The recursion over siblings, rank by rank; rank i touches only the nodes that have an i-th child
+    and the residual after a node's *last* sibling is left to :func:`_final`, which takes it only where a
+    path stops (the recursion's vocabulary-sized work is then one row per rejected non-last sibling)."""
     B, _, V = p.shape
+    dev = p.device
     internal = tree.internal
     n_int, width = int(internal.shape[0]), tree.width
+    kids = tree.children[internal]  # [nI, W]
+    n_kids = (kids >= 0).sum(1)
     t = _rows(p, internal)
-    # sets and shapes come from the node's own target row, never from the updated t
-    shape = _rows(ctx.p_shape, internal) if ctx.p_shape is not None else t
+    # sets and shapes come from the node's own target row, never from the updated t (rules that read no
+    # shape get none: lossless and the judge)
+    if ctx.p_shape is not None:
+        shape = _rows(ctx.p_shape, internal)
+    else:
+        shape = t.clone() if rule.needs_shape else None
     q_shape = _rows(ctx.q_shape, internal)
     draft_hidden = _rows(ctx.draft_hidden, internal)
-    d_cur = _rows(q, internal) if proposal == "sample" else None
-    chosen = torch.full((B * n_int,), width, dtype=torch.long, device=p.device)
-    tried = torch.zeros(B * n_int, dtype=torch.bool, device=p.device)
-    for i in range(width):  # siblings are sequential by nature; each step covers all nodes of all rows
-        c = tree.children[internal, i]
-        cc = c.clamp(min=0)
-        x = tokens[:, cc].reshape(-1)
-        has = ((c >= 0).unsqueeze(0) & active[:, cc]).reshape(-1)
+    d_state = _rows(q, internal).clone() if proposal == "sample" else None
+    chosen = torch.full((B * n_int,), width, dtype=torch.long, device=dev)
+    tried = torch.zeros(B * n_int, dtype=torch.bool, device=dev)
+    pending = torch.zeros(B * n_int, dtype=torch.bool, device=dev)
+    last = torch.zeros(B * n_int, dtype=torch.long, device=dev)
+    base = (torch.arange(B, device=dev) * n_int).unsqueeze(1)
+    pick = lambda t_, r: None if t_ is None else t_[r]  # noqa: E731
+    for i in range(width):  # siblings are sequential by nature; each rank covers its nodes in all rows at once
+        local = torch.nonzero(n_kids > i).squeeze(1)  # internal nodes with an i-th child
+        rows = (base + local.unsqueeze(0)).reshape(-1)  # their flattened rows, all B sequences
+        c = kids[local, i]
+        x = tokens[:, c].reshape(-1)
+        has = active[:, c].reshape(-1)
         if proposal == "sample":
-            d = d_cur
+            d = d_state[rows]
             has &= d.gather(1, x.unsqueeze(1)).squeeze(1) > 0  # a draw past q's support: not a real sibling
         else:
-            d = torch.nn.functional.one_hot(x, V).to(t.dtype)
-        hidden = _rows(ctx.hidden, cc)
-        node_ctx = RuleContext(shape, q_shape, hidden, draft_hidden=draft_hidden)
-        h = rule.acceptance(t, d, x, node_ctx).float()
-        open_ = has & (chosen == width)
-        accepted = open_ & (u[:, cc].reshape(-1) < h)
-        chosen = torch.where(accepted, i, chosen)
+            d = _point(x, V, t.dtype)
+        node_ctx = RuleContext(pick(shape, rows), pick(q_shape, rows), _rows(ctx.hidden, c),
+                               draft_hidden=pick(draft_hidden, rows))
+        t_i = t[rows]
+        h = rule.acceptance(t_i, d, x, node_ctx).float()
+        open_ = has & (chosen[rows] == width)
+        accepted = open_ & (u[:, c].reshape(-1) < h)
+        chosen[rows] = torch.where(accepted, i, chosen[rows])
         rejected = open_ & ~accepted
-        t = torch.where(rejected.unsqueeze(1), rule.residual(t, d, node_ctx), t)
-        tried |= has
-        if proposal == "sample":
-            d_cur = torch.where(has.unsqueeze(1), without(d_cur, x), d_cur)
-    return chosen.view(B, n_int), t.view(B, n_int, V), tried.view(B, n_int)
+        tried[rows] |= has
+        is_last = (n_kids[local] == i + 1).repeat(B)
+        pending[rows[is_last]] = rejected[is_last]
+        last[rows[is_last]] = x[is_last]
+        go = ~is_last  # rows with a further sibling: take the residual step now
+        if go.any():
+            sub = RuleContext(pick(node_ctx.p_shape, go), pick(node_ctx.q_shape, go), pick(node_ctx.hidden, go),
+                              draft_hidden=pick(node_ctx.draft_hidden, go))
+            res = rule.residual(t_i[go], d[go], sub)
+            t[rows[go]] = torch.where(rejected[go].unsqueeze(1), res, t_i[go])
+            if proposal == "sample":
+                d_state[rows[go]] = torch.where(has[go].unsqueeze(1), without(d[go], x[go]), d[go])
+    last_child = kids[torch.arange(n_int, device=dev), (n_kids - 1).clamp(min=0)]
+    return _Decisions(chosen.view(B, n_int), tried.view(B, n_int), t, d_state, last, last_child, pending, shape)
+
+
+def _final(rule: Rule, dec: _Decisions, tree: TreeTensors, ctx: RuleContext, b: Tensor, s: Tensor) -> Tensor:
+    """The residual distribution after every sibling of internal node s[k] (a position in
+    ``tree.internal``) of row b[k] was rejected: one more residual step where the last sibling was verified."""
+    n_int = int(dec.chosen.shape[1])
+    r = b * n_int + s
+    t = dec.t[r]
+    d = dec.d[r] if dec.d is not None else _point(dec.last[r], t.shape[-1], t.dtype)
+    node, child = tree.internal[s], dec.last_child[s]
+    at = lambda x, n: None if x is None else x[b, n]  # noqa: E731
+    node_ctx = RuleContext(None if dec.shape is None else dec.shape[r], at(ctx.q_shape, node), at(ctx.hidden, child),
+                           draft_hidden=at(ctx.draft_hidden, node))
+    return torch.where(dec.pending[r].unsqueeze(1), rule.residual(t, d, node_ctx), t)
 
 
 def verify_tree(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, ctx: RuleContext,
@@ -165,7 +219,8 @@ def verify_tree(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, ctx: R
         lim = torch.as_tensor(limit, dtype=torch.long, device=dev)
         active = tr.depth.unsqueeze(0) <= lim.unsqueeze(1)
     u = uniform((B, n), generator, dev)
-    chosen, final, tried = _decide(rule, tr, tokens, p, q, ctx, proposal, u, active)
+    dec = _decide(rule, tr, tokens, p, q, ctx, proposal, u, active)
+    chosen = dec.chosen
 
     # follow the accepted children from the root, one gather per depth
     slot = torch.full((n,), -1, dtype=torch.long, device=dev)
@@ -188,10 +243,10 @@ def verify_tree(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, ctx: R
 
     # the emitted token: the final residual where the path stops at a node with siblings, else the bonus
     s = slot[node]
-    verified = (s >= 0) & tried[rows, s.clamp(min=0)]
+    verified = (s >= 0) & dec.tried[rows, s.clamp(min=0)]
     p_shape = None if ctx.p_shape is None else ctx.p_shape[rows, node]
     bonus = rule.bonus(p[rows, node], RuleContext(p_shape, None, None))
-    dist = torch.where(verified.unsqueeze(1), final[rows, s.clamp(min=0)], bonus)
+    dist = torch.where(verified.unsqueeze(1), _final(rule, dec, tr, ctx, rows, s.clamp(min=0)), bonus)
     nxt = dist.argmax(-1) if greedy else sample_rows(dist, generator)
     return TreeResult(path, length, accepted_tokens, nxt, node)
 
@@ -213,10 +268,6 @@ def candidates(q: Tensor, ctx: RuleContext, width: int) -> Tensor:
     if not 1 <= width <= q.shape[-1]:
         raise JudgekitError(f"tree width must be in [1, {q.shape[-1]}], got {width}")
     return q_shape.topk(width, dim=-1).indices
-
-
-def _point(x: Tensor, vocab: int, dtype) -> Tensor:
-    return torch.nn.functional.one_hot(x, vocab).to(dtype)
 
 
 def tree_induced(rule: Rule, p: Tensor, q: Tensor, ctx: RuleContext, width: int,

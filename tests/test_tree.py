@@ -27,6 +27,11 @@ def test_branching_spec_counts_and_order():
     assert t.children[0].tolist() == [1, 2] and t.children[1].tolist() == [3, 4]
     assert t.children[7].tolist() == [11, -1] and t.children[14].tolist() == [-1, -1]
     assert t.internal.tolist() == list(range(11))
+    # per rank: which internal nodes have an i-th child, and for which of them it is the last
+    (local0, last0, go0), (local1, last1, go1) = t.ranks
+    assert local0.tolist() == list(range(11)) and local1.tolist() == [0, 1, 2]
+    assert go0.tolist() == [0, 1, 2] and last0.tolist() == list(range(3, 11))
+    assert last1.tolist() == [0, 1, 2] and go1.tolist() == []
 
 
 @pytest.mark.parametrize("text", ["2,2,1,1", "3", "1,1,1", "4,2", "eagle"])

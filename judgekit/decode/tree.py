@@ -16,8 +16,6 @@ visible to all and is not part of the mask).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-
 import torch
 from torch import Tensor
 
@@ -141,6 +139,11 @@ class TreeTensors:
     children: Tensor  # [N+1, W] long: children in rank order, -1 padded
     ancestors: Tensor  # [N+1, D+1] long: the path root..node, -1 padded after the node
     mask: Tensor  # [N+1, N+1] bool: mask[i, j] = node i attends to node j (j is i or an ancestor of i)
+    internal: Tensor  # [nI] long: the nodes with at least one child (where a verification decision is made)
+    # per sibling rank i: (positions in ``internal`` of the nodes with an i-th child; positions within that
+    # list of the nodes whose i-th child is their last, and of those with more) — static index tensors, so
+    # verification finds them without a host sync
+    ranks: tuple[tuple[Tensor, Tensor, Tensor], ...]
 
     @staticmethod
     def build(spec: TreeSpec, device: torch.device) -> "TreeTensors":
@@ -163,8 +166,16 @@ class TreeTensors:
         width = int(rank.max()) + 1
         children = torch.full((n, width), -1, dtype=torch.long)
         children[parent[1:], rank[1:]] = torch.arange(1, n)
+        internal = torch.nonzero(children[:, 0] >= 0).squeeze(1)
+        n_kids = (children[internal] >= 0).sum(1)
         t = lambda x: x.to(device)  # noqa: E731
-        return TreeTensors(spec, t(parent), t(depth), t(rank), t(children), t(anc), t(mask))
+        ranks = []
+        for i in range(width):
+            local = torch.nonzero(n_kids > i).squeeze(1)
+            last = n_kids[local] == i + 1
+            ranks.append((t(local), t(torch.nonzero(last).squeeze(1)), t(torch.nonzero(~last).squeeze(1))))
+        return TreeTensors(spec, t(parent), t(depth), t(rank), t(children), t(anc), t(mask), t(internal),
+                           tuple(ranks))
 
     @property
     def n(self) -> int:
@@ -174,8 +185,3 @@ class TreeTensors:
     @property
     def width(self) -> int:
         return int(self.children.shape[1])
-
-    @cached_property
-    def internal(self) -> Tensor:
-        """Indices of the nodes with at least one child (where a verification decision is made)."""
-        return torch.nonzero(self.children[:, 0] >= 0).squeeze(1)

@@ -125,7 +125,6 @@ def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor 
     internal = tree.internal
     n_int, width = int(internal.shape[0]), tree.width
     kids = tree.children[internal]  # [nI, W]
-    n_kids = (kids >= 0).sum(1)
     t = _rows(p, internal)
     # sets and shapes come from the node's own target row, never from the updated t (rules that read no
     # shape get none: lossless and the judge)
@@ -142,9 +141,10 @@ def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor 
     last = torch.zeros(B * n_int, dtype=torch.long, device=dev)
     base = (torch.arange(B, device=dev) * n_int).unsqueeze(1)
     pick = lambda t_, r: None if t_ is None else t_[r]  # noqa: E731
-    for i in range(width):  # siblings are sequential by nature; each rank covers its nodes in all rows at once
-        local = torch.nonzero(n_kids > i).squeeze(1)  # internal nodes with an i-th child
+    for i, (local, pos_last, pos_go) in enumerate(tree.ranks):  # siblings are sequential by nature; each
+        # rank covers, in all rows at once, the internal nodes that have an i-th child (static: no host sync)
         rows = (base + local.unsqueeze(0)).reshape(-1)  # their flattened rows, all B sequences
+        within = lambda pos: (torch.arange(B, device=dev).unsqueeze(1) * len(local) + pos).reshape(-1)  # noqa: E731
         c = kids[local, i]
         x = tokens[:, c].reshape(-1)
         has = active[:, c].reshape(-1)
@@ -162,17 +162,18 @@ def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor 
         chosen[rows] = torch.where(accepted, i, chosen[rows])
         rejected = open_ & ~accepted
         tried[rows] |= has
-        is_last = (n_kids[local] == i + 1).repeat(B)
-        pending[rows[is_last]] = rejected[is_last]
-        last[rows[is_last]] = x[is_last]
-        go = ~is_last  # rows with a further sibling: take the residual step now
-        if go.any():
+        fin = within(pos_last)  # nodes whose last sibling this is: their residual waits for _final
+        pending[rows[fin]] = rejected[fin]
+        last[rows[fin]] = x[fin]
+        if len(pos_go):  # nodes with a further sibling: take the residual step now
+            go = within(pos_go)
             sub = RuleContext(pick(node_ctx.p_shape, go), pick(node_ctx.q_shape, go), pick(node_ctx.hidden, go),
                               draft_hidden=pick(node_ctx.draft_hidden, go))
             res = rule.residual(t_i[go], d[go], sub)
             t[rows[go]] = torch.where(rejected[go].unsqueeze(1), res, t_i[go])
             if proposal == "sample":
                 d_state[rows[go]] = torch.where(has[go].unsqueeze(1), without(d[go], x[go]), d[go])
+    n_kids = (kids >= 0).sum(1)
     last_child = kids[torch.arange(n_int, device=dev), (n_kids - 1).clamp(min=0)]
     return _Decisions(chosen.view(B, n_int), tried.view(B, n_int), t, d_state, last, last_child, pending, shape)
 

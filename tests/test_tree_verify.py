@@ -455,6 +455,14 @@ def test_per_row_generators_make_rows_independent_of_the_batch():
         assert one.path[0].tolist() == res.path[b].tolist() and int(one.next_token[0]) == int(res.next_token[b])
 
 
+def test_float32_target_with_float64_draft_rows():
+    """p in float32 (a model's softmax) and q in float64: verification works in p's dtype."""
+    tree, tokens, p, q = draft_tree("2,2", P0, Q0, *_rows(3), 8, "sample", torch.Generator().manual_seed(3))
+    res = verify_tree(make_rule("lossless"), tree, tokens, p.float(), RuleContext(), q=q, proposal="sample",
+                      generator=torch.Generator().manual_seed(4))
+    assert res.next_token.shape == (8,) and (res.length <= 2).all()
+
+
 def test_bad_calls_raise():
     tree, tokens, p, q = draft_tree("2", P0, Q0, *_rows(0), 2, "topk", torch.Generator().manual_seed(0))
     with pytest.raises(JudgekitError, match="no tree form"):

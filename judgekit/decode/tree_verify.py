@@ -134,7 +134,7 @@ def _decide(rule: Rule, tree: TreeTensors, tokens: Tensor, p: Tensor, q: Tensor 
         shape = t.clone() if rule.needs_shape else None
     q_shape = _rows(ctx.q_shape, internal)
     draft_hidden = _rows(ctx.draft_hidden, internal)
-    d_state = _rows(q, internal).clone() if proposal == "sample" else None
+    d_state = _rows(q, internal).to(t.dtype) if proposal == "sample" else None  # a copy, in p's dtype
     chosen = torch.full((B * n_int,), width, dtype=torch.long, device=dev)
     tried = torch.zeros(B * n_int, dtype=torch.bool, device=dev)
     pending = torch.zeros(B * n_int, dtype=torch.bool, device=dev)

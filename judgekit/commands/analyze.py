@@ -48,7 +48,14 @@ def register(sub) -> None:
                        default=[0.0003, 0.0009, 0.003, 0.009, 0.03, 0.09])
     lemma.add_argument("--sweep-delta", type=float,
                        help="eta's delta in the sweep (default sqrt(epsilon), Hewitt et al.'s choice)")
-    p.add_argument("--out", help="directory for rules.csv, lemma1.csv, analysis.json and figure5.png")
+    tree = p.add_argument_group("Theorem 1: truncation-based verification on a chain (KL_SD) and an EAGLE tree "
+                                "(KL_EAGLE), for speccascade / typical among --rule")
+    tree.add_argument("--tree-width", type=comma_list(int), default=[1, 2, 4],
+                      help="siblings per position of the tree (the draft's top-m tokens)")
+    tree.add_argument("--theorem1-noise", type=comma_list(float), default=[0.0, 0.1, 0.25, 0.5, 1.0, 2.0],
+                      help="noise levels of the synthetic family for Theorem 1 (0: q = p)")
+    p.add_argument("--out", help="directory for rules.csv, lemma1.csv, theorem1.csv, analysis.json, "
+                                 "figure5.png and theorem1.png")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.set_defaults(func=run)
@@ -112,6 +119,9 @@ def run(args) -> int:
         raise JudgekitError("delta values must be > 0")
     values = {key: getattr(args, key) for key in param_keys() if hasattr(args, key)}
     rules = analysis.rule_grid(args.rule, values)  # validates every parameter before any model is loaded
+    if any(m < 1 for m in args.tree_width) or \
+            any(not v >= 0 for v in args.theorem1_noise):
+        raise JudgekitError("--tree-width values must be >= 1 and --theorem1-noise values >= 0")
     model_flags = [args.target, args.draft, args.task]
     if any(model_flags):
         if not all(model_flags):
@@ -126,27 +136,42 @@ def run(args) -> int:
     for pairs in sources:
         rule_rows += analysis.analyse(pairs, rules)
         lemma_rows += analysis.lemma1_sweep(pairs, args.sweep_p_base, args.sweep_epsilon, args.sweep_delta)
+    t1_sources = sources if any(model_flags) else [
+        analysis.synthetic_pairs(args.family, args.pairs, args.vocab, noise, args.seed, sharpness=args.sharpness)
+        for noise in args.theorem1_noise]
+    t1_rows = analysis.theorem1_rows(t1_sources, rules, args.tree_width)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(out / "rules.csv", _csv(rule_rows).encode())
         atomic_write_bytes(out / "lemma1.csv", _csv(lemma_rows).encode())
+        if t1_rows:
+            atomic_write_bytes(out / "theorem1.csv", _csv(t1_rows).encode())
         doc = {"sources": [{"source": s.source, **s.meta} for s in sources],
                "rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
-               "lemma1": lemma_rows}
+               "lemma1": lemma_rows, "theorem1": [{k: _finite(v) for k, v in r.items()} for r in t1_rows]}
         atomic_write_bytes(out / "analysis.json", json.dumps(doc, indent=1).encode())
         plot_lemma1(lemma_rows, out / "figure5.png")
+        if t1_rows:
+            plot_theorem1(t1_rows, out / "theorem1.png")
     if args.json:
         print(json.dumps({"rules": [{k: _finite(v) for k, v in r.items()} for r in rule_rows],
-                          "lemma1": lemma_rows}))
+                          "lemma1": lemma_rows,
+                          "theorem1": [{k: _finite(v) for k, v in r.items()} for r in t1_rows]}))
         return 0
     print(_table(rule_rows, ["source", "rule", "params", "reference", "n", "tv_pq", "tv", "kl", "kl_infinite",
                              "acceptance"]))
     print()
     print(_table(lemma_rows, ["source", "truncation", "param", "value", "gain", "loss", "delta_be",
                               "delta_acceptance"]))
+    if t1_rows:
+        print()
+        print(_table(t1_rows, ["source", "rule", "params", "width", "tv_pq", "kl_sd", "kl_eagle",
+                               "acceptance_sd", "acceptance_eagle", "baseline_acceptance_sd",
+                               "baseline_acceptance_eagle"]))
     if args.out:
-        print(f"\nwrote {args.out}/rules.csv, lemma1.csv, analysis.json, figure5.png")
+        extra = ", theorem1.csv, theorem1.png" if t1_rows else ""
+        print(f"\nwrote {args.out}/rules.csv, lemma1.csv, analysis.json, figure5.png{extra}")
     return 0
 
 
@@ -182,6 +207,47 @@ def plot_lemma1(rows: list[dict], path: Path) -> None:
             ax.set_xscale("log")
         ax.set_title(f"Lemma 1: {'min-p' if truncation == 'minp' else 'eta'} truncation")
     axes[1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def plot_theorem1(rows: list[dict], path: Path) -> None:
+    """Theorem 1 as a figure: KL from the matched target p_A against TV(p, q), for SpecCascade and typical
+    acceptance on a chain (KL_SD, solid) and on top-m trees (KL_EAGLE, dashed, one shade per width); model-pair
+    sources, a single TV each, are drawn as points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("speccascade", "typical") if any(r["rule"] == n for r in rows)]
+    fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        sel = [r for r in rows if r["rule"] == name]
+        settings = list(dict.fromkeys(json.dumps(r["params"], sort_keys=True) for r in sel))
+        widths = sorted({r["width"] for r in sel})
+        for s_i, setting in enumerate(settings):
+            colour = f"C{s_i}"
+            label = ",".join(f"{k}={v}" for k, v in json.loads(setting).items())
+            pts = sorted((r for r in sel if json.dumps(r["params"], sort_keys=True) == setting),
+                         key=lambda r: r["tv_pq"])
+            sd = {r["source"]: r for r in pts}  # kl_sd does not depend on the width
+            sd_pts = sorted(sd.values(), key=lambda r: r["tv_pq"])
+            marker = "o" if len(sd_pts) == 1 else None
+            ax.plot([r["tv_pq"] for r in sd_pts], [r["kl_sd"] for r in sd_pts], "-", color=colour,
+                    marker=marker or ".", label=f"KL_SD {label}")
+            for w_i, m in enumerate(widths):
+                wp = [r for r in pts if r["width"] == m]
+                ax.plot([r["tv_pq"] for r in wp], [r["kl_eagle"] for r in wp], "--", color=colour,
+                        alpha=1.0 - 0.6 * w_i / max(1, len(widths) - 1), marker=marker or "x", ms=4,
+                        label=f"KL_EAGLE m={m} {label}")
+        ax.set_xlabel("TV(p, q)")
+        ax.set_ylabel("KL(emitted || p_A)")
+        ax.set_title(f"Theorem 1: {name}")
+        ax.legend(fontsize=6, loc="best")
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=120)

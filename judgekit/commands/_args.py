@@ -12,11 +12,12 @@ DTYPE_CHOICES = ["auto", "bf16", "fp16", "fp32"]
 
 
 def add_model_args(p, *, required: bool = True, target: str | None = None, draft: str | None = None,
-                   note: str = "", device: bool = True) -> None:
+                   note: str = "", device: bool = True, loading: bool = False) -> None:
     """--target and --draft (with --device and --dtype unless ``device`` is False) on a parser or group.
 
     ``required``: both must be given; ``target``/``draft``: their defaults (e.g. the pocket pair);
-    ``note``: appended to both helps (how the pair combines with the command's other flags).
+    ``note``: appended to both helps (how the pair combines with the command's other flags);
+    ``loading``: also --revision, --trust-remote-code and --device-map (:func:`add_loading_args`).
     """
     for flag, default, alias in (("--target", target, "pocket-target"), ("--draft", draft, "pocket-draft")):
         text = f"{flag[2:]} model: hub id, local directory or {alias}"
@@ -27,6 +28,8 @@ def add_model_args(p, *, required: bool = True, target: str | None = None, draft
         p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
         p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                        help="weights' dtype (auto: bf16 or fp16 on CUDA, fp32 on CPU)")
+    if loading:
+        add_loading_args(p)
 
 
 def comma_list(kind):
@@ -102,3 +105,30 @@ def add_sampling_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-chat-template", action="store_true", default=None if sweep else False,
                    help="feed the prompt text as is")
+
+
+# ---------------------------------------------------------------------------------------------- model loading
+
+DEVICE_MAP_CHOICES = ["auto", "balanced", "balanced_low_0", "sequential"]  # judgekit.models.DEVICE_MAPS
+
+
+def add_loading_args(p) -> None:
+    """How the pair is fetched and placed (judgekit.models.LoadOptions); every default is None so that a config
+    file's value holds in `judgekit eval`."""
+    p.add_argument("--revision", default=None, help="hub branch, tag or commit of the target (hub ids only)")
+    p.add_argument("--draft-revision", default=None, help="hub branch, tag or commit of the draft")
+    p.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="run the checkpoints' own modelling code (some hub models need it)")
+    p.add_argument("--device-map", default=None, choices=DEVICE_MAP_CHOICES,
+                   help="shard the target over the visible GPUs (or offload it) with accelerate; the draft joins "
+                        "the target's first device. Quantised checkpoints (GPTQ, AWQ, ...) load as they are")
+
+
+def loading_options(values) -> dict:
+    """load_model_pair's target_options / draft_options from parsed args or a settings dict."""
+    from judgekit.models import LoadOptions
+
+    get = values.get if isinstance(values, dict) else (lambda k: getattr(values, k, None))
+    trust = bool(get("trust_remote_code"))
+    return {"target_options": LoadOptions(get("revision"), trust, get("device_map")),
+            "draft_options": LoadOptions(get("draft_revision"), trust)}

@@ -13,18 +13,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args, loading_options
 from judgekit.errors import JudgekitError
 
 # Keys a sweep may vary (config names; the CLI spells them with dashes), and the shared run settings.
 SWEEP_KEYS = ("rule", "judge", "lenience", "lam", "fuzzy_threshold", "divergence", "judge_threshold", "p_base",
               "epsilon", "delta", "temperature", "block_size", "seeds")
 RUN_KEYS = ("task", "target", "draft", "device", "dtype", "split", "data_file", "limit", "max_new_tokens",
-            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size", "grade_workers")
+            "top_k", "top_p", "chat_template", "out", "threads", "flush_every", "title", "batch_size", "grade_workers",
+            "revision", "draft_revision", "trust_remote_code", "device_map")
 RUN_DEFAULTS: dict[str, Any] = {"device": "auto", "dtype": "auto", "split": "test", "data_file": None,
                                 "limit": None, "max_new_tokens": 256, "top_k": None, "top_p": None,
                                 "chat_template": True, "threads": None, "flush_every": 16, "title": "",
-                                "batch_size": 1, "grade_workers": 4}
+                                "batch_size": 1, "grade_workers": 4,
+                                "revision": None, "draft_revision": None, "trust_remote_code": False, "device_map": None}
 _ALIASES = {"rules": "rule", "judges": "judge", "temperatures": "temperature", "block_sizes": "block_size",
             "seed": "seeds"}
 
@@ -190,7 +192,7 @@ def run(args, pair=None, sweep_filter=None) -> int:
                                 settings["data_file"], settings["limit"], settings["max_new_tokens"],
                                 settings["top_k"], settings["top_p"], settings["chat_template"])
     if pair is None:
-        pair = load_model_pair(settings["target"], settings["draft"], device, settings["dtype"])
+        pair = load_model_pair(settings["target"], settings["draft"], device, settings["dtype"], **loading_options(settings))
     quiet = args.quiet
     log(f"rank {rank}/{world}: {len(points)} points x {len(problems)} problems -> {settings['out']}")
     counts = run_eval(pair, task, problems, points, run_settings, settings["out"], rank=rank, world_size=world,
@@ -229,7 +231,7 @@ def register(sub) -> None:
                     "--lenience 0.2,0.4 --judge-threshold p20,p40,0.3 --temperature 0,1.0.")
     p.add_argument("--config", help="TOML or YAML file with the same settings (flags override it)")
     p.add_argument("--task", help="task name (see `judgekit tasks`)")
-    add_model_args(p, required=False)
+    add_model_args(p, required=False, loading=True)
     p.add_argument("--split", help="split of the task (default test)")
     p.add_argument("--data-file", help="local JSONL/Parquet file of problems instead of the default source")
     p.add_argument("--limit", type=int, help="first N problems of the split")

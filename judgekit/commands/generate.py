@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args
+from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args, loading_options
 from judgekit.errors import JudgekitError
 
 
@@ -41,7 +41,7 @@ def run(args) -> int:
 
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
-    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    pair = load_model_pair(args.target, args.draft, args.device, args.dtype, **loading_options(args))
     rule = bind_rule(rule, pair)
     # The decoder reads the judge's layer and features from the judge's own config.
     decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling)
@@ -63,7 +63,7 @@ def run(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("generate", help="speculative decoding of prompts with an acceptance rule",
                        description="Speculative decoding with any of the paper's acceptance rules.")
-    add_model_args(p)
+    add_model_args(p, loading=True)
     p.add_argument("--prompt", action="append", required=True, help="prompt text (repeat for several)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     add_rule_args(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from judgekit.commands._args import add_model_args
+from judgekit.commands._args import add_model_args, loading_options
 from judgekit.errors import JudgekitError
 
 
@@ -67,7 +67,7 @@ def run(args) -> int:
     device = args.device
     if device == "auto" and world > 1:
         device = f"cuda:{local % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu"
-    pair = load_model_pair(args.target, args.draft, device, args.dtype)
+    pair = load_model_pair(args.target, args.draft, device, args.dtype, **loading_options(args))
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
@@ -90,7 +90,7 @@ def register(sub) -> None:
                        description="Semi-greedy counterfactual mining (AutoJudge) with hidden-state features. "
                                    "Resumable (--resume) and sharded across ranks under torchrun.")
     p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
-    add_model_args(p)
+    add_model_args(p, loading=True)
     p.add_argument("--out", required=True, help="output directory of Parquet shards")
     p.add_argument("--split", default="train")
     p.add_argument("--limit", type=int, help="first N problems of the split")

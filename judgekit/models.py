@@ -151,7 +151,28 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, options: Loa
         raise
     except Exception as err:  # noqa: BLE001
         raise JudgekitError(f"cannot load model {name!r}: {_first_line(err)}") from None
+    _LOADED[name] = {"revision": options.revision, "commit": resolved_commit(name, options.revision),
+                     "config_sha256": config_sha256(model.config), "loaded": True}
     return (model if placement else model.to(device)).eval()
+
+
+# name -> how this process loaded it (the provenance of artefacts it writes; judgekit.provenance reads it)
+_LOADED: dict[str, dict[str, Any]] = {}
+
+
+def loaded_model_info(name: str) -> dict[str, Any] | None:
+    """Revision, resolved hub commit and config hash of the model last loaded under ``name``, if any."""
+    info = _LOADED.get(name)
+    return dict(info) if info else None
+
+
+def config_sha256(config) -> str:
+    """Hash of a model's configuration, without the fields that name where or by which version it was saved."""
+    import hashlib
+    import json
+
+    d = {k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "_name_or_path")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def resolved_commit(name: str, revision: str | None = None) -> str | None:

@@ -135,10 +135,11 @@ def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path
     """summary.md, summary.csv and the plots (atomically: readers never see half a file)."""
     from judgekit.evaluate.summary import summary_csv, summary_markdown
     from judgekit.evaluate.plots import plot_tradeoff, plot_truncation
+    from judgekit.provenance import summary_footer
     from judgekit.store.atomic import atomic_write_bytes
 
     written = []
-    for name, text in (("summary.md", summary_markdown(rows, title)), ("summary.csv", summary_csv(rows))):
+    for name, text in (("summary.md", summary_markdown(rows, title) + summary_footer(out_dir)), ("summary.csv", summary_csv(rows))):
         atomic_write_bytes(out_dir / name, text.encode(), 0)
         written.append(out_dir / name)
     written.append(plot_tradeoff(rows, out_dir / "be_quality.png", title))

@@ -32,6 +32,7 @@ from judgekit.judge import data as jd
 from judgekit.errors import JudgekitError
 from judgekit.judge.head import JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module
 from judgekit.judge.metrics import format_metrics, judge_metrics, thresholds
+from judgekit.provenance import provenance
 
 try:  # Lightning 2 ships as `lightning`; the standalone `pytorch_lightning` is the same code
     import lightning.pytorch as L
@@ -253,6 +254,7 @@ def judge_config(data: jd.JudgeData, cfg: TrainConfig, metrics: dict, info: dict
         "training": {"lr": cfg.lr, "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size,
                      "max_epochs": cfg.max_epochs, "patience": cfg.patience, "seed": cfg.seed,
                      "class_weights": dict(zip(("unimportant", "important"), data.class_weights())), **info},
+        "provenance": provenance((spec.target_model, spec.draft_model), [Path(d) / "manifest.json" for r in sel.realised for d in r["dirs"]]),
     }
 
 

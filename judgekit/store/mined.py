@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from judgekit.store.atomic import atomic_write_bytes, atomic_write_table, fsync_dir
 from judgekit.errors import JudgekitError
+from judgekit.provenance import provenance
 
 try:  # advisory locks; where the platform has none, the single-writer rule is the user's to keep
     import fcntl
@@ -475,7 +476,7 @@ def load_settings(out_dir: str | Path) -> RunSettings:
 
 
 def _manifest_bytes(settings: RunSettings) -> bytes:
-    doc = {"schema_version": SCHEMA_VERSION, "settings": settings.to_dict()}
+    doc = {"schema_version": SCHEMA_VERSION, "settings": settings.to_dict(), "provenance": provenance((settings.target, settings.draft), [settings.data_file])}
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from judgekit.store.atomic import atomic_write_bytes, atomic_write_table
 from judgekit.errors import JudgekitError
+from judgekit.provenance import provenance
 
 SCHEMA_VERSION = 1
 MANIFEST = "eval.json"
@@ -127,7 +128,7 @@ class RecordWriter:
             if diff:
                 raise JudgekitError(f"{self.dir} holds another evaluation ({'; '.join(diff)}); use a new --out")
         else:
-            payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "settings": settings}
+            payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "settings": settings, "provenance": provenance((settings.get("target"), settings.get("draft")), [settings.get("data_file")])}
             # Every rank may race to create it; the content is identical, and the write is atomic.
             atomic_write_bytes(manifest, json.dumps(payload, indent=2, sort_keys=True).encode(), rank)
         for tmp in self.dir.glob(f"*.r{rank:03d}.*.tmp"):

@@ -46,7 +46,8 @@ _EXPORTS: dict[str, str] = {
     # transformers integration and provenance
     "custom_generate": "judgekit.hf_generate",
     "write_custom_generate_dir": "judgekit.hf_generate",
-    "provenance": "judgekit.provenance",
+    # `provenance` is also the submodule's name, which an import of it binds on the package: hence get_
+    "get_provenance": "judgekit.provenance:provenance",
     "JudgekitError": "judgekit.errors",
 }
 

@@ -86,7 +86,7 @@ def test_directory_form_with_a_judge_is_greedy_identical_to_the_cli(pair, capsys
 
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
     judge = save_judge(tmp_path / "judge", pair.target.config.hidden_size)
-    judgekit.write_custom_generate_dir(judge)
+    assert main(["export", str(judge), "--format", "hf", "--out", str(judge)]) == 0  # write_custom_generate_dir
     prompt = "Count from 1 to 20."
     expected = _cli_tokens(capsys, prompt, "--rule", "judge", "--judge", str(judge), "--judge-threshold", "p40")
     inputs = _inputs(pair, prompt)

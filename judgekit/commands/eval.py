@@ -149,6 +149,21 @@ def write_outputs(out_dir: Path, rows: list[dict], title: str = "") -> list[Path
     return written
 
 
+def skip_missing_judges(sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For --dry-run of a recipe whose judges are not trained yet: drop judge directories that do not exist
+    (with a note), and the judge rule where none is left."""
+    out = []
+    for s in sweeps:
+        judges = [str(j) for j in s.get("judge") or []]
+        kept = [j for j in judges if (Path(j) / "judge_config.json").is_file()]
+        for j in sorted(set(judges) - set(kept)):
+            log(f"dry run: judge {j} does not exist yet; its points are skipped")
+        rules = [r for r in s["rule"] if r != "judge" or kept]
+        if rules:
+            out.append({**s, "judge": kept, "rule": rules})
+    return out
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -160,12 +175,19 @@ def run(args, pair=None, sweep_filter=None) -> int:
     from judgekit.evaluate.sweep import EvalSettings
     from judgekit.evaluate.summary import json_rows, summarize, summary_markdown
     from judgekit.evaluate.run import run_eval
+    from judgekit.progress import EvalProgress
     from judgekit.store.records import read_records
     from judgekit.tasks import get_task
 
     settings, sweeps = resolve(args)
+    tasks = [t.strip() for t in str(settings["task"]).split(",") if t.strip()]
+    if len(tasks) > 1:  # --task a,b: one run directory per task under --out
+        return max(run(argparse.Namespace(**{**vars(args), "task": t, "out": str(Path(settings["out"]) / t)}),
+                       pair, sweep_filter) for t in tasks)
     if sweep_filter is not None:
         sweeps = sweep_filter(sweeps)
+    if args.dry_run:
+        sweeps = skip_missing_judges(sweeps)
     points = build_points(sweeps)
     task = get_task(settings["task"])
     problems = task.load(settings["split"], limit=settings["limit"], data_file=settings["data_file"])
@@ -198,7 +220,8 @@ def run(args, pair=None, sweep_filter=None) -> int:
     log(f"rank {rank}/{world}: {len(points)} points x {len(problems)} problems -> {settings['out']}")
     counts = run_eval(pair, task, problems, points, run_settings, settings["out"], rank=rank, world_size=world,
                       flush_every=settings["flush_every"], progress=None if quiet else log,
-                      batch_size=settings["batch_size"], grade_workers=settings["grade_workers"])
+                      batch_size=settings["batch_size"], grade_workers=settings["grade_workers"],
+                      bars=None if quiet else EvalProgress(0, enabled=True if args.progress else None))
     log(f"rank {rank}/{world}: evaluated {counts['evaluated']} (point, problem) pairs, "
         f"{counts['skipped']} already done")
     out_dir = Path(settings["out"])
@@ -231,7 +254,8 @@ def register(sub) -> None:
                     "summary.csv, be_quality.png and truncation.png in --out. Comma lists sweep: "
                     "--lenience 0.2,0.4 --judge-threshold p20,p40,0.3 --temperature 0,1.0.")
     p.add_argument("--config", help="TOML or YAML file with the same settings (flags override it)")
-    p.add_argument("--task", help="task name (see `judgekit tasks`)")
+    p.add_argument("--task", help="task name (see `judgekit tasks`); several comma-separated (a,b): one run "
+                                  "directory per task under --out")
     add_model_args(p, required=False, loading=True)
     p.add_argument("--split", help="split of the task (default test)")
     p.add_argument("--data-file", help="local JSONL/Parquet file of problems instead of the default source")
@@ -251,5 +275,7 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check the config, load the problems and list the points; load no model")
     p.add_argument("--quiet", action="store_true", help="no per-point progress on stderr")
+    p.add_argument("--progress", action="store_true",
+                   help="progress bars even when stderr is not a terminal (they are on in a terminal by default)")
     p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
     p.set_defaults(func=run, device=None, dtype=None)  # None: not given, so a config file's value holds

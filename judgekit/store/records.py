@@ -27,7 +27,7 @@ from judgekit.store.atomic import atomic_write_bytes, atomic_write_table
 from judgekit.errors import JudgekitError
 from judgekit.provenance import provenance
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: records keep the problem's prompt text and reference answer
 MANIFEST = "eval.json"
 KIND = "judgekit.eval"
 META_VERSION = b"judgekit.schema_version"
@@ -56,6 +56,8 @@ RECORD_SCHEMA = pa.schema([
     ("draft_calls", pa.int64()),
     ("accept_hist", pa.list_(pa.int32())),  # accept_hist[n] = verification steps that accepted n drafts
     ("wall_time", pa.float64()),
+    ("prompt", pa.string()),  # the problem's question (the decoder saw it through task.build_prompt)
+    ("reference", pa.string()),  # JSON of the problem's reference answer (or tests)
     ("rank", pa.int32()),
 ], metadata={META_VERSION: str(SCHEMA_VERSION).encode(), META_KIND: KIND.encode()})
 

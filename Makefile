@@ -14,7 +14,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: a CPU build lies on disk; an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,sharded]'
+	# evalplus (tasks humaneval+, mbpp+) without its LLM API clients and protobuf pin: only what its data
+	# loaders and oracles import. `pip install 'judgekit[code]'` is the one-line (heavier) alternative.
+	$(BIN)/pip install -q --no-deps evalplus
+	$(BIN)/pip install -q appdirs tempdir wget psutil
 	# LiveCodeBench's official grader, so tests/test_tasks_lcb_parity.py compares verdicts with it (the test
 	# skips that comparison where it is absent). --no-deps: its own pins would replace torch; it needs only numpy.
 	$(BIN)/pip install -q --no-deps nvidia-livecodebench

@@ -14,7 +14,7 @@ import pkgutil
 import re
 import sys
 
-from judgekit import __version__
+from judgekit._version import __version__
 from judgekit.errors import JudgekitError
 
 

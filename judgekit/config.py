@@ -249,10 +249,35 @@ def task_options(values) -> dict:
     return {s.key: get(s.key) for s in TASK_OPTIONS if get(s.key) is not None}
 
 
+DEVICE_MAP_CHOICES = ("auto", "balanced", "balanced_low_0", "sequential")  # judgekit.models.DEVICE_MAPS
+# How the pair is fetched and placed (judgekit.models.LoadOptions).
+LOADING = (
+    Setting("revision", STR, "hub branch, tag or commit of the target (hub ids only)"),
+    Setting("draft_revision", STR, "hub branch, tag or commit of the draft"),
+    Setting("trust_remote_code", BOOL, "run the checkpoints' own modelling code (some hub models need it)",
+            default=False),
+    Setting("device_map", STR, "shard the target over the visible GPUs (or offload it) with accelerate; the draft "
+                               "joins the target's first device. Quantised checkpoints (GPTQ, AWQ, ...) load as "
+                               "they are", choices=DEVICE_MAP_CHOICES),
+)
+
+
+def loading_options(values) -> dict:
+    """load_model_pair's target_options / draft_options from parsed args or a settings dict."""
+    from judgekit.models import LoadOptions
+
+    get = values.get if isinstance(values, dict) else (lambda k: getattr(values, k, None))
+    trust = bool(get("trust_remote_code"))
+    return {"target_options": LoadOptions(get("revision"), trust, get("device_map")),
+            "draft_options": LoadOptions(get("draft_revision"), trust)}
+
+
 EVAL_RUN = (
-    Setting("task", STR, "task name (see `judgekit tasks`)"),
+    Setting("task", STR, "task name (see `judgekit tasks`); on the command line a comma list runs each task into "
+                         "its own directory under --out"),
     *TASK_OPTIONS,
     Setting("target", STR), Setting("draft", STR),
+    *LOADING,
     Setting("device", STR, default="auto"), Setting("dtype", STR, choices=DTYPE_CHOICES, default="auto"),
     Setting("split", STR, "split of the task (default test)", default="test"),
     Setting("data_file", STR, "local JSONL/Parquet file of problems instead of the default source"),

@@ -135,3 +135,127 @@ def test_cache_argument_name_follows_the_installed_transformers():
 
     assert cache_arg(Old()) == "past_key_values"
     assert cache_arg(New()) == "cache"
+
+
+# ------------------------------------------------------------------ loading options: revision, device map, quantised
+
+def _hub_cache(root, repo_id: str, refs: dict) -> dict:
+    """A git-style hub cache (models--org--name/refs/<ref> -> commit, snapshots/<commit>/...) holding one copy of
+    a saved model per ref, as huggingface_hub lays it out; returns ref -> commit hash."""
+    import hashlib
+    import shutil
+
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    commits = {}
+    for ref, src in refs.items():
+        commit = hashlib.sha1(ref.encode()).hexdigest()
+        shutil.copytree(src, repo / "snapshots" / commit)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+        commits[ref] = commit
+    return commits
+
+
+def test_revision_is_read_from_the_hub_cache_offline(tmp_path, dirs):
+    from judgekit.benchmarks.synthetic import save_tiny_pair
+
+    main_t, main_d = dirs["good"]
+    other_t, _ = save_tiny_pair(tmp_path / "other", arch="llama", seed=7)
+    cache = tmp_path / "hub"
+    commits = _hub_cache(cache, "org/tiny", {"main": main_t, "v2": other_t})
+    code = (
+        "import json, sys\n"
+        "from judgekit.models import LoadOptions, load_model_pair, resolved_commit\n"
+        "from judgekit.errors import JudgekitError\n"
+        "out = {}\n"
+        "for rev in ('main', 'v2', %r):\n"
+        "    pair = load_model_pair('org/tiny', sys.argv[1], 'cpu', 'fp32', target_options=LoadOptions(revision=rev))\n"
+        "    w = pair.target.get_input_embeddings().weight\n"
+        "    out[rev] = [float(w.sum()), resolved_commit('org/tiny', rev)]\n"
+        "try:\n"
+        "    load_model_pair('org/tiny', sys.argv[1], 'cpu', 'fp32', target_options=LoadOptions(revision='nope'))\n"
+        "except JudgekitError as err:\n"
+        "    out['error'] = str(err)\n"
+        "print(json.dumps(out))\n" % commits["v2"])
+    env = {**__import__("os").environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-c", code, str(main_d)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    from safetensors.torch import load_file
+
+    def emb_sum(d):
+        return float(next(v for k, v in load_file(str(d / "model.safetensors")).items() if "embed_tokens" in k).sum())
+
+    assert out["main"] == [pytest.approx(emb_sum(main_t)), commits["main"]]
+    assert out["v2"] == [pytest.approx(emb_sum(other_t)), commits["v2"]]
+    assert out[commits["v2"]] == out["v2"]  # a commit hash is a revision too
+    assert out["main"][0] != pytest.approx(out["v2"][0])
+    assert "cannot load tokenizer 'org/tiny'" in out["error"] and "\n" not in out["error"]
+
+
+def test_revision_of_a_local_directory_is_refused(dirs):
+    from judgekit.models import LoadOptions
+
+    t, d = dirs["good"]
+    with pytest.raises(JudgekitError, match="--revision applies to hub ids"):
+        load_model_pair(str(t), str(d), "cpu", "fp32", target_options=LoadOptions(revision="v1"))
+    with pytest.raises(JudgekitError, match="unknown device map"):
+        LoadOptions(device_map="everywhere")
+
+
+def test_device_map_auto_decodes_like_the_plain_pair(dirs):
+    pytest.importorskip("accelerate")
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.decode.rules import make_rule
+    from judgekit.models import LoadOptions
+
+    t, d = dirs["good"]
+    plain = load_model_pair(str(t), str(d), "cpu", "fp32")
+    mapped = load_model_pair(str(t), str(d), "cpu", "fp32", target_options=LoadOptions(device_map="auto"))
+    assert mapped.device == plain.device and mapped.options[0].device_map == "auto"
+    decoders = [SpeculativeDecoder(p, make_rule("lenience", lenience=0.5), 4) for p in (plain, mapped)]
+    assert decoders[1].fast  # everything landed on one device: the fast path still applies
+    outs = [dec.generate(["a b c"], 24)[0].token_ids for dec in decoders]
+    assert outs[0] == outs[1] and len(outs[0]) > 0
+
+
+def test_quantised_or_sharded_models_take_the_transformers_backend(dirs):
+    import torch
+
+    from judgekit.decode.decoder import SpeculativeDecoder
+    from judgekit.decode.fastmodel import fast_unsupported
+    from judgekit.decode.rules import make_rule
+    from judgekit.models import LoadOptions, placement_kwargs
+
+    cpu = torch.device("cpu")
+    # a quantised checkpoint is loaded in place on the one device, never moved with .to()
+    assert placement_kwargs(LoadOptions(), cpu, quantised=True) == {"device_map": {"": "cpu"}}
+    assert placement_kwargs(LoadOptions(), cpu, quantised=False) == {}
+    assert placement_kwargs(LoadOptions(device_map="balanced"), cpu, quantised=True) == {"device_map": "balanced"}
+    t, d = dirs["good"]
+    pair = load_model_pair(str(t), str(d), "cpu", "fp32")
+    assert fast_unsupported(pair.target) is None and SpeculativeDecoder(pair, make_rule("lossless")).fast
+    pair.target.hf_device_map = {"model.layers.0": 0, "model.layers.1": 1}  # as accelerate leaves a 2-GPU split
+    assert "sharded" in fast_unsupported(pair.target)
+    assert not SpeculativeDecoder(pair, make_rule("lossless")).fast
+    del pair.target.hf_device_map
+    pair.draft.config.quantization_config = {"quant_method": "gptq", "bits": 4}
+    assert "quantised" in fast_unsupported(pair.draft)
+    assert not SpeculativeDecoder(pair, make_rule("lossless")).fast
+
+
+def test_loading_flags_reach_the_loader():
+    from judgekit.cli import build_parser
+    from judgekit.config import loading_options
+
+    args = build_parser().parse_args(["generate", "--target", "a/b", "--draft", "a/c", "--prompt", "x",
+                                      "--revision", "v2", "--draft-revision", "abc", "--trust-remote-code",
+                                      "--device-map", "auto"])
+    opts = loading_options(args)
+    assert (opts["target_options"].revision, opts["target_options"].device_map) == ("v2", "auto")
+    assert (opts["draft_options"].revision, opts["draft_options"].device_map) == ("abc", None)
+    assert opts["target_options"].trust_remote_code and opts["draft_options"].trust_remote_code
+    plain = loading_options(build_parser().parse_args(["generate", "--target", "a", "--draft", "b", "--prompt", "x"]))
+    assert plain["target_options"].revision is None and not plain["target_options"].trust_remote_code
+    settings = {"revision": "r1", "trust_remote_code": True, "device_map": "sequential"}  # a `judgekit eval` config
+    assert loading_options(settings)["target_options"].device_map == "sequential"

@@ -67,3 +67,32 @@ def test_wheel_carries_the_models_and_finds_them_outside_the_checkout(tmp_path):
     module, target, has_weights = run.stdout.split()
     assert module.startswith(str(site)) and target == str(site / "judgekit" / "pocket" / "shipped" / "target")
     assert has_weights == "True"
+
+
+def test_default_install_is_light_and_the_extras_are_pinned():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = " ".join(project["dependencies"]).lower()
+    for heavy in ("evalplus", "openai", "anthropic", "google-generativeai", "protobuf"):
+        assert heavy not in deps
+    extras = project["optional-dependencies"]
+    assert any(e.startswith("evalplus") for e in extras["code"])
+    assert "onnx>=1.23" in extras["export"] and "onnxruntime>=1.20" in extras["export"]
+    assert any(e.startswith("accelerate") for e in extras["sharded"])
+    assert project["dynamic"] == ["version"]  # read from judgekit/_version.py
+    make = (REPO / "Makefile").read_text()
+    assert "--no-deps evalplus" in make and "appdirs tempdir wget psutil" in make  # CI still runs the code tasks
+
+
+def test_code_tasks_without_evalplus_fail_in_one_line(monkeypatch, capsys):
+    from judgekit.cli import main
+
+    for name in [m for m in sys.modules if m == "evalplus" or m.startswith("evalplus.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "evalplus", None)  # `import evalplus...` now raises ImportError
+    assert main(["eval", "--task", "mbpp+", "--target", "pocket-target", "--draft", "pocket-draft", "--rule",
+                 "lossless", "--out", "unused", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("judgekit: error: tasks humaneval+ and mbpp+ need evalplus") and err.count("\n") == 1
+    assert "pip install 'judgekit[code]'" in err

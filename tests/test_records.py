@@ -32,7 +32,7 @@ def record(point: str, problem: str, i: int = 0, judge: str | None = None) -> di
             "seed": 7 + i, "problem": problem, "completion_ids": list(range(i, i + 9)), "text": f"answer {i} " * 3,
             "finish_reason": "eos" if i % 2 else "length", "outcome": json.dumps(str(i)), "correct": bool(i % 2),
             "new_tokens": 9 + i, "target_calls": 3 + i, "draft_calls": 12 + i, "accept_hist": [1, 0, i, 2],
-            "wall_time": 0.25 * (i + 1)}
+            "wall_time": 0.25 * (i + 1), "prompt": f"question {i}", "reference": json.dumps(str(i))}
 
 
 @pytest.fixture
@@ -176,13 +176,14 @@ def test_version_1_directories_are_read_but_not_resumed(tmp_path: Path) -> None:
     d.mkdir()
     settings = {k: v for k, v in SETTINGS.items() if k != "data_sha256"}
     (d / "eval.json").write_text(json.dumps({"kind": "judgekit.eval", "schema_version": 1, "settings": settings}))
-    v1 = pa.schema([f for f in RECORD_SCHEMA if f.name != "judge_sha256"],
+    later = ("judge_sha256", "prompt", "reference")  # columns of versions 2 and 3
+    v1 = pa.schema([f for f in RECORD_SCHEMA if f.name not in later],
                    metadata={b"judgekit.schema_version": b"1", b"judgekit.kind": b"judgekit.eval"})
-    rows = [{k: v for k, v in {**record("a/0", "p0"), "rank": 0}.items() if k != "judge_sha256"}]
+    rows = [{k: v for k, v in {**record("a/0", "p0"), "rank": 0}.items() if k not in later}]
     pq.write_table(pa.Table.from_pylist(rows, schema=v1), d / "records-r000-000000.parquet",
                    write_page_checksum=True)
     got = read_records(d).to_pylist()
-    assert got == [{**record("a/0", "p0"), "rank": 0}] and got[0]["judge_sha256"] is None
+    assert got == [{**record("a/0", "p0"), "rank": 0, **dict.fromkeys(later)}]
     with pytest.raises(JudgekitError, match="older judgekit .*version 1.*use a new --out"):
         RecordWriter(d, SETTINGS)
 

@@ -13,11 +13,12 @@ DTYPE_CHOICES = list(C.DTYPE_CHOICES)
 
 
 def add_model_args(p, *, required: bool = True, target: str | None = None, draft: str | None = None,
-                   note: str = "", device: bool = True) -> None:
+                   note: str = "", device: bool = True, loading: bool = False) -> None:
     """--target and --draft (with --device and --dtype unless ``device`` is False) on a parser or group.
 
     ``required``: both must be given; ``target``/``draft``: their defaults (e.g. the pocket pair);
-    ``note``: appended to both helps (how the pair combines with the command's other flags).
+    ``note``: appended to both helps (how the pair combines with the command's other flags);
+    ``loading``: also --revision, --trust-remote-code and --device-map (:func:`add_loading_args`).
     """
     for flag, default, alias in (("--target", target, "pocket-target"), ("--draft", draft, "pocket-draft")):
         text = f"{flag[2:]} model: hub id, local directory or {alias}"
@@ -28,6 +29,8 @@ def add_model_args(p, *, required: bool = True, target: str | None = None, draft
         p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
         p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                        help="weights' dtype (auto: bf16 or fp16 on CUDA, fp32 on CPU)")
+    if loading:
+        add_loading_args(p)
 
 
 
@@ -160,3 +163,13 @@ def with_config(args: argparse.Namespace) -> argparse.Namespace:
     if getattr(args, "config", None):
         C.apply_config(args.config_parser, args, args.config)
     return args
+
+
+def add_loading_args(p) -> None:
+    """How the pair is fetched and placed (judgekit.config.LOADING); every default is None (not given), so that a
+    config file's value holds in `judgekit eval`."""
+    for s in C.LOADING:
+        if s.kind is C.BOOL:
+            p.add_argument(s.flag, dest=s.key, action="store_true", default=None, help=s.help)
+        else:
+            p.add_argument(s.flag, dest=s.key, default=None, choices=s.choices, help=s.help)

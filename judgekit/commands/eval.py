@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 
 from judgekit import config as C
-from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args, add_setting
+from pathlib import Path
+
+from judgekit.commands._args import (add_loading_args, add_model_args, add_rule_args, add_sampling_args,
+                                    add_setting)
+from judgekit.errors import JudgekitError
 
 
 def given_settings(args) -> dict:
@@ -22,18 +26,29 @@ def given_settings(args) -> dict:
 
 
 def run(args) -> int:
+    given = given_settings(args)
+    tasks = [t.strip() for t in str(given.get("task", "")).split(",") if t.strip()]
+    if len(tasks) > 1:  # --task a,b: one run directory per task under --out
+        if "out" not in given:
+            raise JudgekitError("--task with several tasks needs --out on the command line (one directory per task)")
+        return max(run_one(args, {**given, "task": t, "out": str(Path(given["out"]) / t)}) for t in tasks)
+    return run_one(args, given)
+
+
+def run_one(args, given: dict) -> int:
     from judgekit.evaluate import job as eval_job
     from judgekit.evaluate.report import summary_title
     from judgekit.evaluate.summary import json_rows, summary_markdown
 
-    job = eval_job.prepare(args.config, given_settings(args))
+    job = eval_job.prepare(args.config, given,
+                           sweep_filter=eval_job.skip_missing_judges if args.dry_run else None)
     if args.dry_run:
         print(f"{job.settings['task']}: {len(job.problems)} problems x {len(job.points)} points = "
               f"{len(job.problems) * len(job.points)} decodings -> {job.out}")
         for p in job.points:
             print(f"  {p.label}  T={p.temperature:g} gamma={p.block_size} seed={p.seed}")
         return 0
-    rows = eval_job.run(job, quiet=args.quiet)
+    rows = eval_job.run(job, quiet=args.quiet, progress_bars=True if args.progress else None)
     if rows is not None:
         title = summary_title(job.settings["title"], job.run_settings.to_dict())
         print(json.dumps(json_rows(rows)) if args.json else summary_markdown(rows, title))
@@ -53,6 +68,7 @@ def register(sub) -> None:
     for key in ("task", *(s.key for s in C.TASK_OPTIONS)):
         add_setting(p, run_settings[key], sweep=True)
     add_model_args(p, required=False)
+    add_loading_args(p)
     for key in ("split", "data_file", "limit"):
         add_setting(p, run_settings[key], sweep=True)
     add_rule_args(p, mode="sweep")
@@ -62,6 +78,8 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="run every check of the real run (settings, rules, judges, problems, --out) and list "
                         "the points; load no model and write nothing")
-    p.add_argument("--quiet", action="store_true", help="no per-point progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--progress", action="store_true",
+                   help="progress bars even when stderr is not a terminal (they are on in a terminal by default)")
     p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
     p.set_defaults(func=run, device=None, dtype=None)  # None: not given, so a config file's value holds

@@ -6,6 +6,7 @@ import json
 
 from judgekit import config as C
 from judgekit.commands._args import add_model_args, add_rule_args, add_sampling_args, check_args
+from judgekit.config import loading_options
 from judgekit.errors import JudgekitError
 
 
@@ -39,7 +40,7 @@ def run(args) -> int:
     check_args(args, C.DECODING)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
-    pair = load_model_pair(args.target, args.draft, args.device, args.dtype)
+    pair = load_model_pair(args.target, args.draft, args.device, args.dtype, **loading_options(args))
     longest = max(len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, text, args.chat_template)))
                   for text in args.prompt)
     C.check_positions(pair, args.max_new_tokens, longest)
@@ -64,7 +65,7 @@ def run(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("generate", help="speculative decoding of prompts with an acceptance rule",
                        description="Speculative decoding with any of the paper's acceptance rules.")
-    add_model_args(p)
+    add_model_args(p, loading=True)
     p.add_argument("--prompt", action="append", required=True, help="prompt text (repeat for several)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     add_rule_args(p)

@@ -6,7 +6,7 @@ import os
 import time
 
 from judgekit.commands._args import add_config_arg, add_model_args, add_task_args, with_config
-from judgekit.config import task_options
+from judgekit.config import loading_options, task_options
 from judgekit.errors import JudgekitError
 
 
@@ -62,7 +62,7 @@ def run(args) -> int:
     if args.split is None:  # train where the task has one, else its first split (bfcl, include: test)
         args.split = "train" if "train" in task.splits else task.splits[0]
     problems = task.load(args.split, limit=args.limit, data_file=args.data_file)
-    pair = load_model_pair(args.target, args.draft, rank_device(args.device, env), args.dtype)
+    pair = load_model_pair(args.target, args.draft, rank_device(args.device, env), args.dtype, **loading_options(args))
     cfg = MineConfig(max_new_tokens=args.max_new_tokens, layers=layers, draft_features=args.draft_features,
                      chat_template=not args.no_chat_template)
     summary = mine_to_dir(pair, task, problems, args.out, cfg, split=args.split, data_file=args.data_file,
@@ -86,7 +86,7 @@ def register(sub) -> None:
                                    "Resumable (--resume) and sharded across ranks under torchrun.")
     add_config_arg(p)
     p.add_argument("--task", required=True, help="task name (see `judgekit tasks`)")
-    add_model_args(p)
+    add_model_args(p, loading=True)
     p.add_argument("--out", required=True, help="output directory of Parquet shards")
     p.add_argument("--split", help="default: train, or the task's first split where it has no train split")
     p.add_argument("--limit", type=int, help="first N problems of the split")

@@ -36,6 +36,10 @@ def fast_unsupported(model) -> str | None:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
         return f"architecture {cfg.model_type!r} (fast path: {', '.join(SUPPORTED_TYPES)})"
+    if getattr(cfg, "quantization_config", None) is not None:
+        return "quantised weights (transformers backend)"
+    if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:
+        return "weights sharded over several devices (transformers backend)"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"activation {cfg.hidden_act!r}"
     if getattr(cfg, "mlp_bias", False):

@@ -66,15 +66,41 @@ def prepare(config_path: str | None, given: dict[str, Any],
     return EvalJob(settings, points, task, problems, run_settings, judges)
 
 
-def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, int] | None = None) -> list | None:
+def evaluate(out: str | Path, pair=None, quiet: bool = True, **settings: Any) -> list[dict] | None:
+    """One `judgekit eval` run as a call: the settings by their config names (``task=``, ``target=``,
+    ``draft=``, ``rule=[...]``, ``lenience=[...]``, ``judge=[dir]``, ``limit=``, ...), checked as a config
+    file's are; decodes, records into ``out`` (resumable) and returns the summary rows."""
+    job = prepare(None, {**settings, "out": str(out)})
+    return run(job, pair=pair, quiet=quiet)
+
+
+def skip_missing_judges(sweeps: list[dict]) -> list[dict]:
+    """For a dry run of a recipe whose judges are not trained yet: drop judge directories that do not exist
+    (with a note), and the judge rule where none is left."""
+    out = []
+    for s in sweeps:
+        judges = [str(j) for j in s.get("judge") or []]
+        kept = [j for j in judges if (Path(j) / "judge_config.json").is_file()]
+        for j in sorted(set(judges) - set(kept)):
+            log(f"dry run: judge {j} does not exist yet; its points are skipped")
+        rules = [r for r in s["rule"] if r != "judge" or kept]
+        if rules:
+            out.append({**s, "judge": kept, "rule": rules})
+    return out
+
+
+def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, int] | None = None,
+        progress_bars: bool | None = None) -> list | None:
     """Decode this rank's share of the job, then (on the last rank to finish) summarise and write summary.md,
-    summary.csv and the plots. ``pair``: an already loaded pair matching the settings (the demo's)."""
+    summary.csv and the plots. ``pair``: an already loaded pair matching the settings (the demo's).
+    ``progress_bars``: None shows them when stderr is a terminal, True always (unless ``quiet``)."""
     import pyarrow as pa
     import torch
 
-    from judgekit.config import check_positions
+    from judgekit.config import check_positions, loading_options
     from judgekit.dist import DistEnv, distributed_env, rank_device
     from judgekit.evaluate.run import run_eval
+    from judgekit.progress import EvalProgress
     from judgekit.evaluate.report import rebuild_outputs
     from judgekit.judge.head import bind_rule
     from judgekit.decode.rules import make_rule
@@ -87,7 +113,8 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
     if s["threads"]:
         torch.set_num_threads(s["threads"])
     if pair is None:
-        pair = load_model_pair(s["target"], s["draft"], rank_device(s["device"], env), s["dtype"])
+        pair = load_model_pair(s["target"], s["draft"], rank_device(s["device"], env), s["dtype"],
+                               **loading_options(s))
     check_positions(pair, s["max_new_tokens"])
     for path, (judge, digest) in list(job.judges.items()):  # a judge for another model fails before any write
         job.judges[path] = (bind_rule(make_rule("judge", judge=judge), pair).judge, digest)
@@ -95,7 +122,7 @@ def run(job: EvalJob, pair=None, quiet: bool = False, rank_env: tuple[int, int, 
     counts = run_eval(pair, job.task, job.problems, job.points, job.run_settings, str(job.out), rank=rank,
                       world_size=world, flush_every=s["flush_every"], progress=None if quiet else log,
                       batch_size=s["batch_size"], grade_workers=s["grade_workers"],
-                      judges=job.judges)
+                      judges=job.judges, bars=None if quiet else EvalProgress(0, enabled=progress_bars))
     log(f"rank {rank}/{world}: evaluated {counts['evaluated']} (point, problem) pairs, "
         f"{counts['skipped']} already done")
     records = read_records(job.out)

@@ -28,7 +28,9 @@ def rebuild_outputs(out_dir: str | Path, title: str = "") -> tuple[list[dict], l
     settings = read_manifest(out_dir)
     rows = summarize(read_records(out_dir))
     written = []
-    for name, text in (("summary.md", summary_markdown(rows, summary_title(title, settings))),
+    from judgekit.provenance import summary_footer
+
+    for name, text in (("summary.md", summary_markdown(rows, summary_title(title, settings)) + summary_footer(out_dir)),
                        ("summary.csv", summary_csv(rows))):
         atomic_write_bytes(out_dir / name, text.encode(), 0)
         written.append(out_dir / name)

@@ -41,7 +41,8 @@ def point_record(task: Task, problem: Problem, point: EvalPoint, gen, judge_sha2
             "completion_ids": gen.token_ids, "text": gen.text, "finish_reason": gen.finish_reason,
             "outcome": json.dumps(outcome, default=str), "correct": bool(task.grade(problem, outcome)),
             "new_tokens": s.new_tokens, "target_calls": s.target_calls, "draft_calls": s.draft_calls,
-            "accept_hist": s.accept_hist, "wall_time": s.wall_time}
+            "accept_hist": s.accept_hist, "wall_time": s.wall_time,
+            "prompt": problem.question, "reference": json.dumps(problem.reference, default=str)}
 
 
 class _Grading:
@@ -105,7 +106,8 @@ def _todo(points: list[EvalPoint], problems: list[Problem], mine: list[tuple[int
 
 def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
              settings: EvalSettings, out_dir: str, rank: int = 0, world_size: int = 1, flush_every: int = 16,
-             progress=None, batch_size: int = 1, grade_workers: int = 4, judges: dict | None = None) -> dict:
+             progress=None, batch_size: int = 1, grade_workers: int = 4, judges: dict | None = None,
+             bars=None) -> dict:
     """Evaluate this rank's share of the (point, problem) pairs not yet in out_dir; returns counts.
 
     Pairs are enumerated point-major and dealt round-robin to ranks, so each rank holds a slice of every point
@@ -115,6 +117,7 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     finished problems. Every problem keeps its own seed, so greedy records do not depend on the batch size
     (tested). Grading (for code: sandboxed test runs) happens on ``grade_workers`` threads while decoding goes on.
     ``judges``: the judges already read while expanding the sweep (Sweep.points), so none is read twice.
+    ``bars`` (a :class:`judgekit.progress.EvalProgress`) shows per-point and overall progress bars.
     """
     from judgekit.dist import my_share
     from judgekit.store.records import RecordWriter, check_eval_dir, done_records
@@ -134,14 +137,14 @@ def run_eval(pair: ModelPair, task: Task, problems: list[Problem], points: list[
     with RecordWriter(out_dir, fingerprint, rank) as writer:
         todo = _todo(points, problems, maybe, writer.done(), hashes)
         _decode_and_record(pair, task, problems, points, settings, writer, todo, rules, hashes, flush_every,
-                           progress, batch_size, grade_workers)
+                           progress, batch_size, grade_workers, bars)
     return {"pairs": len(pairs), "mine": len(mine), "evaluated": len(todo), "skipped": len(mine) - len(todo)}
 
 
 def _decode_and_record(pair: ModelPair, task: Task, problems: list[Problem], points: list[EvalPoint],
                        settings: EvalSettings, writer, todo: list[tuple[int, int]], rules: dict[int, Rule],
                        hashes: dict[int, str | None], flush_every: int, progress, batch_size: int,
-                       grade_workers: int) -> None:
+                       grade_workers: int, bars=None) -> None:
     """Decode the pairs point by point, grade them on worker threads, commit every flush_every records."""
     import time as _time
     from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +153,8 @@ def _decode_and_record(pair: ModelPair, task: Task, problems: list[Problem], poi
     by_point: dict[int, list[int]] = {}
     for pi, qi in todo:
         by_point.setdefault(pi, []).append(qi)
+    if bars:
+        bars.overall.reset(total=len(todo))
     with ThreadPoolExecutor(max_workers=grade_workers, thread_name_prefix="judgekit-grade") as pool:
         for n_point, (pi, qis) in enumerate(by_point.items(), 1):
             point = points[pi]
@@ -161,16 +166,26 @@ def _decode_and_record(pair: ModelPair, task: Task, problems: list[Problem], poi
                     prompts[qi] = encode_prompt(pair.tokenizer, task.build_prompt(
                         problems[qi], pair.tokenizer, chat_template=settings.chat_template))
             grading = _Grading(writer, flush_every)
+            if bars:
+                bars.start_point(f"{point.label} T={point.temperature:g} g={point.block_size}", len(qis))
+
+            def on_finish(i, gen, qis=qis, point=point, grading=grading, pi=pi):
+                grading.add(pool.submit(point_record, task, problems[qis[i]], point, gen, hashes[pi]))
+                if bars:
+                    bars.problem_done(gen)
             seeds = [problem_seed(point.seed, problems[qi].problem_id) for qi in qis]
             # All of the point's problems in one call: finished rows are refilled (continuous batching), and
             # each finished problem is graded on the pool while the rest decode.
             decoder.generate_batch(
                 [prompts[qi] for qi in qis], settings.max_new_tokens, task.stop_strings, seeds,
                 batch_size=batch_size,
-                on_finish=lambda i, gen: grading.add(
-                    pool.submit(point_record, task, problems[qis[i]], point, gen, hashes[pi])))
+                on_finish=on_finish)
             grading.commit(wait_all=True)
+            if bars:
+                bars.close_point()
             if progress:
                 progress(f"[{n_point}/{len(by_point)}] {point.label} T={point.temperature:g} "
                          f"gamma={point.block_size} seed={point.seed}: {grading.correct}/{len(qis)} correct "
                          f"({_time.perf_counter() - start:.1f}s)")
+    if bars:
+        bars.close()

@@ -45,6 +45,7 @@ from judgekit.errors import JudgekitError
 from judgekit.judge.head import CONFIG_NAME, JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module, output_kind
 from judgekit.stale import pid_alive
 from judgekit.judge.metrics import format_metrics, judge_metrics, thresholds
+from judgekit.provenance import provenance
 
 try:  # Lightning 2 ships as `lightning`; the standalone `pytorch_lightning` is the same code
     import lightning.pytorch as L
@@ -381,6 +382,7 @@ def judge_config(data: jd.JudgeData, cfg: TrainConfig, metrics: dict, info: dict
                      "max_epochs": cfg.max_epochs, "patience": cfg.patience, "seed": cfg.seed,
                      "class_weights": dict(zip(("unimportant", "important"), data.class_weights())),
                      "run_key": key, **info},
+        "provenance": provenance((spec.target_model, spec.draft_model), [Path(d) / "manifest.json" for r in sel.realised for d in r["dirs"]]),
     }
 
 

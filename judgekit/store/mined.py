@@ -58,6 +58,7 @@ from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK
     without,
     write_manifest,
 )
+from judgekit.provenance import provenance
 
 SCHEMA_VERSION = 1
 MANIFEST = KIND_FILES[MINED]
@@ -562,7 +563,9 @@ class ShardWriter:
         path = self.out_dir / MANIFEST
         if path.exists() and _read_manifest(self.out_dir)[1] == self.settings.to_dict():
             return
-        write_manifest(path, {"schema_version": SCHEMA_VERSION, "settings": self.settings.to_dict()}, self.rank)
+        doc = {"schema_version": SCHEMA_VERSION, "settings": self.settings.to_dict(),
+               "provenance": provenance((self.settings.target, self.settings.draft), [self.settings.data_file])}
+        write_manifest(path, doc, self.rank)
 
     def _clean_leftovers(self) -> None:
         """Remove this rank's temp files and uncommitted or replaced shards from a crashed earlier run."""

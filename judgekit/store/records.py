@@ -42,9 +42,12 @@ from judgekit.store.shards import (
     write_manifest,
 )
 
-SCHEMA_VERSION = 2  # 2: eval.json records the data file's sha256; records carry the judge's weights sha256
-READABLE = (1, 2)  # version 1 directories are still read (summaries, plots), never resumed
+# 2: eval.json records the data file's sha256, records the judge's weights sha256; 3: records keep the problem's
+# prompt text and reference answer
+SCHEMA_VERSION = 3
+READABLE = (1, 2, 3)  # version 1 directories are still read (summaries, plots), never resumed
 MANIFEST = KIND_FILES[EVAL]
+from judgekit.provenance import provenance
 KIND = "judgekit.eval"
 PREFIX = "records"
 META_VERSION = b"judgekit.schema_version"
@@ -78,8 +81,11 @@ def _schema(version: int) -> pa.Schema:
         ("draft_calls", pa.int64()),
         ("accept_hist", pa.list_(pa.int32())),  # accept_hist[n] = verification steps that accepted n drafts
         ("wall_time", pa.float64()),
-        ("rank", pa.int32()),
     ]
+    if version >= 3:
+        fields += [("prompt", pa.string()),  # the problem's question (the decoder saw it through task.build_prompt)
+                   ("reference", pa.string())]  # JSON of the problem's reference answer (or tests)
+    fields.append(("rank", pa.int32()))
     return pa.schema(fields, metadata={META_VERSION: str(version).encode(), META_KIND: KIND.encode()})
 
 
@@ -144,6 +150,9 @@ def _read_shard(path: Path) -> pa.Table:
     if "judge_sha256" not in table.column_names:  # version 1: the judge's weights hash was not recorded
         table = table.add_column(expected.names.index("params") + 1, "judge_sha256",
                                  pa.nulls(table.num_rows, pa.string()))
+    for name in ("prompt", "reference"):  # versions 1 and 2 did not keep them
+        if name not in table.column_names:
+            table = table.add_column(table.column_names.index("rank"), name, pa.nulls(table.num_rows, pa.string()))
     try:
         return table.cast(RECORD_SCHEMA)
     except (pa.ArrowException, ValueError) as err:
@@ -205,7 +214,9 @@ class RecordWriter:
         try:
             if not exists and not (self.dir / MANIFEST).exists():
                 write_manifest(self.dir / MANIFEST, {"kind": KIND, "schema_version": SCHEMA_VERSION,
-                                                     "settings": settings}, rank)
+                                                     "settings": settings, "provenance": provenance(
+                                                         (settings.get("target"), settings.get("draft")),
+                                                         [settings.get("data_file")])}, rank)
             else:
                 check_eval_dir(self.dir, settings)  # another rank may have created it meanwhile
             clean_temps(self.dir, rank)

@@ -129,6 +129,20 @@ def parse_records(stdout: str, n: int) -> tuple[list[dict[str, Any] | None], str
 
 # --------------------------------------------------------------------------- evalplus's comparison rules
 
+EVALPLUS_MISSING = ("tasks humaneval+ and mbpp+ need evalplus, an optional dependency: pip install 'judgekit[code]' "
+                    "(or, without its LLM API clients: pip install --no-deps evalplus appdirs tempdir wget psutil)")
+
+
+def evalplus_module(name: str):
+    """An evalplus module, or one clear line saying how to install it (it is no default dependency)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise JudgekitError(f"{EVALPLUS_MISSING} ({err})") from None
+
+
 def _is_floats(x: Any) -> bool:
     if isinstance(x, float):
         return True
@@ -140,6 +154,8 @@ def _is_floats(x: Any) -> bool:
 def output_matches(dataset: str, entry_point: str, inp: Any, out: Any, exp: Any, atol: float) -> bool:
     """evalplus's `unsafe_execute` check for one input, run on values returned from the sandbox."""
     import numpy as np
+
+    evalplus_module("evalplus.eval._special_oracle")  # one clear line when evalplus is not installed
     from evalplus.eval._special_oracle import (
         MBPP_OUTPUT_NOT_NONE_TASKS,
         MBPP_OUTPUT_SET_EQ_TASKS,
@@ -194,9 +210,7 @@ class _EvalPlusTask(Task):
     def _evalplus_rows(self, data_file: str | None) -> dict[str, dict[str, Any]]:
         """evalplus's loader, pointed at `data_file` (or its override variable); it reads the path from a
         module global set at import time, so the global is patched for the call."""
-        import importlib
-
-        module = importlib.import_module(f"evalplus.data.{self.dataset}")
+        module = evalplus_module(f"evalplus.data.{self.dataset}")
         attr = self.env_var  # evalplus keeps the override path in a module global of the same name
         path = data_file or os.environ.get(self.env_var) or getattr(module, attr, None)
         if data_file and os.path.isdir(data_file):

@@ -346,3 +346,107 @@ def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
     assert "--batch-sizes" in capsys.readouterr().err
     assert main(["bench", "eval", "--repeats", "0"]) == 2
     assert "--repeats" in capsys.readouterr().err
+
+
+# -- one copy of the weights -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_fusing_keeps_one_copy_of_the_weights_and_the_transformers_model_working(arch):
+    """The fused q/k/v and gate/up tensors are the model's own storage (its parameters become views of them),
+    the transformers model's logits do not change, and the forward holds nothing beyond the model but its
+    RoPE tables; building it again reuses the fused storage."""
+    from judgekit.decode.fastmodel import extra_bytes
+
+    model = _rope_variant(arch, "default")
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = model(ids).logits
+    params_before = sum(p.numel() for p in model.parameters())
+    fm = FastLM(model)
+    att, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    L = fm.layers[0]
+    assert att.q_proj.weight.untyped_storage().data_ptr() == L.wqkv.untyped_storage().data_ptr()
+    assert att.v_proj.weight.data_ptr() == L.wqkv[-att.v_proj.weight.shape[0]:].data_ptr()
+    assert mlp.up_proj.weight.data_ptr() == L.w_gate_up[mlp.gate_proj.weight.shape[0]:].data_ptr()
+    if att.q_proj.bias is not None:
+        assert att.k_proj.bias.untyped_storage().data_ptr() == L.bqkv.untyped_storage().data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == params_before
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before, atol=0, rtol=0)
+    cache = fm.new_cache(2, 32)  # the RoPE tables are built here
+    tables = sum(t.untyped_storage().nbytes() for t in (fm._cos, fm._sin, fm._sin_signed))  # inv_freq: the model's
+    assert extra_bytes(model, fm.tensors()) == tables
+    with torch.no_grad():
+        logits, _ = fm.forward(ids, torch.zeros(2, dtype=torch.long), cache, 9)
+    torch.testing.assert_close(logits, before, atol=1e-4, rtol=1e-4)
+    again = FastLM(model)
+    assert again.layers[0].wqkv.data_ptr() == L.wqkv.data_ptr()  # no second fusion, no new copy
+
+
+# -- the transformers backend on architectures without the fast path --------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["gpt2", "opt"])
+def other_pair(request, tmp_path_factory):
+    target, draft = save_tiny_pair(tmp_path_factory.mktemp(f"tiny-{request.param}"), arch=request.param, seed=3)
+    return load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+
+
+@pytest.mark.parametrize("rule_name", ["lossless", "cos", "judge"])
+def test_other_architectures_batch_equals_batch_one_and_generate(other_pair, rule_name):
+    """GPT-2 and OPT (learned positions) run on transformers rows: batched, continuously refilled and rolled
+    back per row, greedy outputs equal batch 1 and, for the lossless rule, transformers' generate."""
+    pair = other_pair
+    rule = _rule(rule_name, pair)
+    dec = SpeculativeDecoder(pair, rule, block_size=4)
+    assert not dec.fast
+    prompts = [_ids(pair, t) for t in PROMPTS]
+    # A stop string the first prompt's output really contains early (random models emit no fixed text).
+    first = dec.generate_ids(prompts[0], max_new_tokens=30).token_ids
+    stop = (pair.tokenizer.decode(first[5:7]),)
+    batch = dec.generate_batch(prompts, max_new_tokens=30, stop_strings=stop, batch_size=4)
+    assert len({len(g.token_ids) for g in batch}) > 1  # rows finish at different steps: refills happen
+    for i, (ids, gen) in enumerate(zip(prompts, batch)):
+        one = dec.generate_ids(ids, max_new_tokens=30, stop_strings=stop, seed=i)  # prompt i's seed in a batch
+        assert gen.token_ids == one.token_ids and gen.finish_reason == one.finish_reason
+    if rule_name == "lossless":
+        for ids in prompts:
+            ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False)[0, len(ids):].tolist()
+            assert dec.generate_ids(ids, max_new_tokens=30).token_ids == ref
+
+
+def test_other_architectures_sample_as_in_batch_one(other_pair):
+    """Sampled: each sequence draws from its own generator, so its tokens do not depend on its batch."""
+    dec = SpeculativeDecoder(other_pair, make_rule("lossless"), block_size=3, sampling=SamplingConfig(0.9))
+    prompts = [_ids(other_pair, t) for t in PROMPTS]
+    seeds = list(range(10, 16))
+    batch = [g.token_ids for g in dec.generate_batch(prompts, 20, seeds=seeds, batch_size=3)]
+    assert batch == [dec.generate_ids(ids, 20, seed=s).token_ids for ids, s in zip(prompts, seeds)]
+
+
+def test_transformers_rows_roll_back_by_mask_and_compact_without_changing_results(pair):
+    """Crop-to-start on transformers rows only clears mask bits; once dead columns pile up they are
+    compacted away, and every forward still equals a plain forward over the row's own sequence."""
+    from judgekit.decode.rows import ModelRows, pad_ids
+
+    rows = ModelRows(pair.target, pair.vocab_size)
+    rows.SLACK = 0  # compact as soon as dead columns outnumber live ones
+    g = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(0, pair.vocab_size, (n,), generator=g).tolist() for n in (6, 3)]
+    handles = [rows.acquire(), rows.acquire()]
+    ids, lengths = pad_ids(seqs, "cpu")
+    rows.forward(handles, ids, [0, 0], lengths)
+    widths = []
+    for step in range(6):
+        keep = [max(1, len(s) - 2) for s in seqs]  # each row rolls back two tokens, then reads three
+        new = [torch.randint(0, pair.vocab_size, (3,), generator=g).tolist() for _ in seqs]
+        logits, _ = rows.forward(handles, torch.tensor(new), keep)
+        seqs = [s[:k] + n for s, k, n in zip(seqs, keep, new)]
+        widths.append(rows.mask.shape[1])
+        for b, s in enumerate(seqs):
+            with torch.no_grad():
+                ref = pair.target(torch.tensor([s])).logits[0, -3:, :pair.vocab_size]
+            torch.testing.assert_close(logits[b], ref, atol=1e-4, rtol=1e-4)
+    assert max(widths) <= 2 * max(len(s) for s in seqs) + 3  # compaction kept the cache bounded
+    assert rows.mask.sum(1).tolist() == [len(s) for s in seqs]  # rolled-back columns are masked out

@@ -61,11 +61,11 @@ def tiny_model(arch: str, vocab_size: int, hidden: int = 64, layers: int = 2, he
     ids = dict(eos_token_id=eos_token_id, bos_token_id=eos_token_id, pad_token_id=eos_token_id)
     if arch == "gpt2":
         config = GPT2Config(vocab_size=vocab_size, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=2048,
-                            **ids)
+                            tie_word_embeddings=False, **ids)
     elif arch == "opt":
         config = OPTConfig(vocab_size=vocab_size, hidden_size=hidden, ffn_dim=hidden * 2, num_hidden_layers=layers,
                            num_attention_heads=heads, max_position_embeddings=2048, word_embed_proj_dim=hidden,
-                           **ids)
+                           tie_word_embeddings=False, **ids)
     else:
         cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
         config = cls(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,

@@ -135,7 +135,7 @@ class ModelDrafter:
                                                    hidden_layers=layers, replay=True)
                 state = states[0][:, -1] if layers else None
         return Proposal(torch.stack(tokens, 1), torch.stack(qs, 1),
-                        torch.stack(shapes, 1) if self.need_shape else None,
+                        torch.stack(shapes, 1) if shapes[0] is not None else None,
                         torch.stack(hiddens, 1) if self.need_hidden else None)
 
     def commit(self, seq: SeqState, base: int, n_accepted: int, k: int) -> None:

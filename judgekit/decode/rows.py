@@ -106,6 +106,7 @@ class ModelRows:
         self.pos = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # [S, L] their positions
 
     # -- rows ------------------------------------------------------------------------------------------------
+    @torch.inference_mode()  # the row state is made of inference tensors (forward runs in inference mode)
     def acquire(self) -> Row:
         if None in self.slots:
             s = self.slots.index(None)
@@ -119,6 +120,7 @@ class ModelRows:
         row = self.slots[s] = Row(s)
         return row
 
+    @torch.inference_mode()
     def release(self, row: Row) -> None:
         self.slots[row.slot] = None
         self.mask[row.slot] = False

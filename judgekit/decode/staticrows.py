@@ -31,6 +31,7 @@ class StaticRows:
         self.cache = None  # allocated by the first forward, for the slots acquired by then
         self.slots: list[Row | None] = []
 
+    @torch.inference_mode()  # the row state is made of inference tensors (forward runs in inference mode)
     def acquire(self) -> Row:
         if None in self.slots:
             s = self.slots.index(None)
@@ -42,6 +43,7 @@ class StaticRows:
         row = self.slots[s] = Row(s)
         return row
 
+    @torch.inference_mode()
     def release(self, row: Row) -> None:
         self.slots[row.slot] = None
 

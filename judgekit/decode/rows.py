@@ -104,6 +104,7 @@ class ModelRows:
         self.values: list[Tensor] = []
         self.mask = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [S, L] valid columns
         self.pos = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # [S, L] their positions
+        self.held: list[int] = []  # per slot, the positions it holds (0 .. held - 1): known on the host
 
     # -- rows ------------------------------------------------------------------------------------------------
     @torch.inference_mode()  # the row state is made of inference tensors (forward runs in inference mode)
@@ -113,6 +114,7 @@ class ModelRows:
         else:  # a new batch row, all of its columns empty
             s = len(self.slots)
             self.slots.append(None)
+            self.held.append(0)
             self.mask = torch.cat([self.mask, self.mask.new_zeros(1, self.mask.shape[1])])
             self.pos = torch.cat([self.pos, self.pos.new_zeros(1, self.pos.shape[1])])
             self.keys = [torch.cat([k, k.new_zeros(1, *k.shape[1:])]) for k in self.keys]
@@ -123,6 +125,7 @@ class ModelRows:
     @torch.inference_mode()
     def release(self, row: Row) -> None:
         self.slots[row.slot] = None
+        self.held[row.slot] = 0
         self.mask[row.slot] = False
 
     def _select(self, keep: list[int]) -> None:
@@ -132,13 +135,14 @@ class ModelRows:
         self.values = [v.index_select(0, idx) for v in self.values]
         self.mask, self.pos = self.mask.index_select(0, idx), self.pos.index_select(0, idx)
         self.slots = [self.slots[s] for s in keep]
+        self.held = [self.held[s] for s in keep]
         for s, row in enumerate(self.slots):
             if row is not None:
                 row.slot = s
 
     def _compact(self) -> None:
         """Drop the columns no row needs: each row's valid columns, in order, right-aligned (one gather)."""
-        live = int(self.mask.sum(1).max()) if self.mask.numel() else 0
+        live = max(self.held, default=0)  # from the host: no device sync
         L = self.mask.shape[1]
         if L <= 2 * live + self.SLACK:
             return
@@ -183,15 +187,20 @@ class ModelRows:
                 layer.keys, layer.values = pick(k), pick(v)
         full_mask = torch.cat([mask, new_mask], 1)
         cols = (torch.arange(T, device=dev).expand(B, T) if logit_cols is None else logit_cols).contiguous()
-        keep = torch.unique(cols)
+        # A decoding step's few columns: logits everywhere, then gathered (no sync). A prefill's: only the
+        # columns asked for (torch.unique syncs once, which a prefill can afford; the LM head cannot).
+        keep = torch.unique(cols) if T > 16 else None
         out = self.model(input_ids=ids, attention_mask=full_mask.long(), position_ids=positions,
-                         **{self._arg: cache}, use_cache=True, logits_to_keep=keep,
+                         **{self._arg: cache}, use_cache=True, logits_to_keep=0 if keep is None else keep,
                          output_hidden_states=bool(hidden_layers))
-        logits = out.logits[torch.arange(B, device=dev)[:, None], torch.searchsorted(keep, cols)]
+        at = cols if keep is None else torch.searchsorted(keep, cols)
+        logits = out.logits[torch.arange(B, device=dev)[:, None], at]
         states = tuple(out.hidden_states[h] for h in hidden_layers)
         keys = [layer.keys for layer in cache.layers]
         values = [layer.values for layer in cache.layers]
         new_pos = torch.cat([pos_old, positions], 1)
+        for r, st, m in zip(rows, starts, lengths):
+            self.held[r.slot] = min(self.held[r.slot], int(st)) + m
         if sub is None:
             self.keys, self.values, self.mask, self.pos = keys, values, full_mask, new_pos
         else:  # scatter the subset back; the other rows get T empty columns

@@ -120,10 +120,12 @@ class ModelDrafter:
         state = states[0][torch.arange(B, device=dev), at] if layers else None
         tokens, qs, shapes, hiddens = [], [], [], []
         for i in range(k):
-            probs, shape = to_probs(logits[:, 0], self.sampling, self.need_shape)
-            if self.sampling.greedy:
-                tok = probs.argmax(-1)
+            if self.sampling.greedy:  # q's one-hot rows are built once, after the loop
+                tok = logits[:, 0].float().argmax(-1)
+                probs = None
+                shape = torch.softmax(logits[:, 0].float(), -1) if self.need_shape else None
             else:  # rows past their own limit take the argmax: their random stream stays that of batch 1
+                probs, shape = to_probs(logits[:, 0], self.sampling, self.need_shape)
                 tok = torch.cat([sample(probs[b: b + 1], s.generator) if i < s.limit else probs[b: b + 1].argmax(-1)
                                  for b, s in enumerate(seqs)])
             tokens.append(tok)
@@ -134,7 +136,10 @@ class ModelDrafter:
                 logits, states = self.rows.forward(rows, tok[:, None], [st + n + i for st, n in zip(starts, lengths)],
                                                    hidden_layers=layers, replay=True)
                 state = states[0][:, -1] if layers else None
-        return Proposal(torch.stack(tokens, 1), torch.stack(qs, 1),
+        x = torch.stack(tokens, 1)
+        q = (torch.zeros(B, k, V, device=dev).scatter_(-1, x[..., None], 1.0) if self.sampling.greedy
+             else torch.stack(qs, 1))
+        return Proposal(x, q,
                         torch.stack(shapes, 1) if shapes[0] is not None else None,
                         torch.stack(hiddens, 1) if self.need_hidden else None)
 

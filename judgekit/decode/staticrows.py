@@ -80,7 +80,7 @@ class StaticRows:
         layers = tuple(hidden_layers) or None
         cols = logit_cols
         if B == 1 and not replay:  # a view of the row, host positions: writes by slicing
-            view = self.cache.row_view(want[0])
+            view = self.cache if len(self.slots) == 1 else self.cache.row_view(want[0])
             cols = None if cols is None else cols[0]
             logits, states = self.lm.forward(ids, int(starts[0]), view, need, logit_cols=cols, hidden_layer=layers)
         else:

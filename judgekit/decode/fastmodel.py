@@ -58,10 +58,9 @@ def _fuse(params: list) -> Tensor:
     Why not keep both: a fused copy next to the originals is ~65 % of every layer held twice. Rebinding
     ``.data`` keeps the Parameter objects (and the transformers model, optimizers, hooks) intact; an in-place
     update through a parameter writes into the fused tensor and bumps the shared version counter, which
-    :func:`judgekit.decode.backends.fast_lm` reads to notice it."""
-    if all(p.data.is_contiguous() for p in params) and _adjacent(params):
-        base = params[0].data
-        return base.as_strided((sum(p.shape[0] for p in params), *base.shape[1:]), base.stride())
+    :func:`judgekit.decode.backends.fast_lm` reads to notice it. Always a fresh tensor, even when the
+    parameters already sit side by side in one loaded storage: matmuls on views of a loaded checkpoint's
+    storage measured ~35 % slower on the pocket pair than on freshly allocated memory."""
     with torch.inference_mode(False), torch.no_grad():
         fused = torch.cat([p.data for p in params])
         offset = 0
@@ -70,18 +69,6 @@ def _fuse(params: list) -> Tensor:
             p.data = fused[offset: offset + n]
             offset += n
     return fused
-
-
-def _adjacent(params: list) -> bool:
-    """The parameters already are consecutive views of one storage (fused before): nothing to do."""
-    first = params[0].data
-    ptr, item = first.data_ptr(), first.element_size()
-    for p in params:
-        d = p.data
-        if d.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or d.data_ptr() != ptr:
-            return False
-        ptr += d.numel() * item
-    return True
 
 
 def extra_bytes(model, tensors: list[Tensor]) -> int:

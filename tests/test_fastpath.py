@@ -12,8 +12,7 @@ from judgekit.decode.sampling import SamplingConfig
 from judgekit.errors import JudgekitError
 from judgekit.decode.fastmodel import FastLM, fast_unsupported
 from judgekit.models import ModelPair, encode_prompt, format_prompt, load_model_pair
-from judgekit.decode.rules import RULES, RuleContext, make_rule
-from judgekit.decode.rules import verify_block as rules_verify_block
+from judgekit.decode.rules import RULES, RuleContext, make_rule, sample
 from judgekit.decode.verify import verify_batch, verify_block
 
 PROMPTS = ["Tom has 3 apples", "def add(a, b):", "The quick brown fox jumps", "Speculative decoding",
@@ -159,10 +158,26 @@ def _rand_dists(g, *shape):
     return torch.softmax(torch.randn(*shape, generator=g) * 3, -1)
 
 
+def _reference_verify_block(rule, p, q, x, ctx, generator):
+    """Block verification of one sequence written out plainly (k uniforms, the leading run of acceptances,
+    one draw from the residual at the first rejection or the bonus row): the reference the batched verifier
+    must reproduce draw for draw."""
+    k = x.shape[0]
+    bonus = rule.bonus(p[k:], ctx.target_rows(slice(k, None)))
+    if k == 0:
+        return 0, int(sample(bonus, generator)[0])
+    drafted_ctx = ctx.target_rows(slice(0, k))
+    h = rule.acceptance(p[:k], q, x, drafted_ctx)
+    u = torch.rand(k, generator=generator, dtype=torch.float32)
+    n = (u < h.float()).long().cumprod(0).sum()
+    dists = torch.cat([rule.residual(p[:k], q, drafted_ctx), bonus], 0)
+    return int(n), int(sample(dists.index_select(0, n.view(1)), generator)[0])
+
+
 @pytest.mark.parametrize("rule_name", list(RULES))
-def test_verify_block_matches_the_rules_module_draw_for_draw(rule_name):
-    """Sampled: the batched verifier makes the same random draws as rules.verify_block, so a shared seed
-    gives the same accepted length and token."""
+def test_verify_block_matches_the_plain_one_block_verifier_draw_for_draw(rule_name):
+    """Sampled: the batched verifier makes the same random draws as the plain one-block procedure, so a
+    shared seed gives the same accepted length and token."""
     g = torch.Generator().manual_seed(0)
     k, V, H = 4, 11, 6
     weight = torch.randn(H, generator=g)
@@ -172,9 +187,9 @@ def test_verify_block_matches_the_rules_module_draw_for_draw(rule_name):
         p, q = _rand_dists(g, k + 1, V), _rand_dists(g, k, V)
         x = torch.multinomial(q, 1, generator=g)[:, 0]
         ctx = RuleContext(p, q, torch.randn(k, H, generator=g))
-        a = rules_verify_block(rule, p, q, x, ctx, torch.Generator().manual_seed(trial))
+        a = _reference_verify_block(rule, p, q, x, ctx, torch.Generator().manual_seed(trial))
         b = verify_block(rule, p, q, x, ctx, torch.Generator().manual_seed(trial))
-        assert (int(a.n_accepted), int(a.next_token)) == (int(b.n_accepted), int(b.next_token))
+        assert a == (int(b.n_accepted), int(b.next_token))
 
 
 @pytest.mark.parametrize("rule_name", list(RULES))
@@ -280,7 +295,7 @@ def _static_form(dec):
     without capturing: the same forward a graph replays, checkable on a CPU."""
     from judgekit.decode.cudagraphs import GraphedLM
 
-    dec._step = (GraphedLM(dec._fast[0], capture=False), GraphedLM(dec._fast[1], capture=False))
+    dec.graphs = (GraphedLM(dec._fast[0], capture=False), GraphedLM(dec._fast[1], capture=False))
     return dec
 
 
@@ -339,3 +354,108 @@ def test_bench_eval_cli_reports_each_batch_size(capsys, tmp_path):
     assert "--batch-sizes" in capsys.readouterr().err
     assert main(["bench", "eval", "--repeats", "0"]) == 2
     assert "--repeats" in capsys.readouterr().err
+
+
+# -- one copy of the weights -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_fusing_keeps_one_copy_of_the_weights_and_the_transformers_model_working(arch):
+    """The fused q/k/v and gate/up tensors are the model's own storage (its parameters become views of them),
+    the transformers model's logits do not change, and the forward holds nothing beyond the model but its
+    RoPE tables; building it again reuses the fused storage."""
+    from judgekit.decode.fastmodel import extra_bytes
+
+    model = _rope_variant(arch, "default")
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = model(ids).logits
+    params_before = sum(p.numel() for p in model.parameters())
+    fm = FastLM(model)
+    att, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    L = fm.layers[0]
+    assert att.q_proj.weight.untyped_storage().data_ptr() == L.wqkv.untyped_storage().data_ptr()
+    assert att.v_proj.weight.data_ptr() == L.wqkv[-att.v_proj.weight.shape[0]:].data_ptr()
+    assert mlp.up_proj.weight.data_ptr() == L.w_gate_up[mlp.gate_proj.weight.shape[0]:].data_ptr()
+    if att.q_proj.bias is not None:
+        assert att.k_proj.bias.untyped_storage().data_ptr() == L.bqkv.untyped_storage().data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == params_before
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before, atol=0, rtol=0)
+    cache = fm.new_cache(2, 32)  # the RoPE tables are built here
+    tables = sum(t.untyped_storage().nbytes() for t in (fm._cos, fm._sin, fm._sin_signed))  # inv_freq: the model's
+    assert extra_bytes(model, fm.tensors()) == tables
+    with torch.no_grad():
+        logits, _ = fm.forward(ids, torch.zeros(2, dtype=torch.long), cache, 9)
+    torch.testing.assert_close(logits, before, atol=1e-4, rtol=1e-4)
+    again = FastLM(model)  # a rebuild re-fuses and rebinds: still one copy
+    assert att.q_proj.weight.untyped_storage().data_ptr() == again.layers[0].wqkv.untyped_storage().data_ptr()
+    assert extra_bytes(model, again.tensors()) == 0  # its RoPE tables are not built yet
+
+
+# -- the transformers backend on architectures without the fast path --------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["gpt2", "opt"])
+def other_pair(request, tmp_path_factory):
+    target, draft = save_tiny_pair(tmp_path_factory.mktemp(f"tiny-{request.param}"), arch=request.param, seed=3)
+    return load_model_pair(str(target), str(draft), device="cpu", dtype="fp32")
+
+
+@pytest.mark.parametrize("rule_name", ["lossless", "cos", "judge"])
+def test_other_architectures_batch_equals_batch_one_and_generate(other_pair, rule_name):
+    """GPT-2 and OPT (learned positions) run on transformers rows: batched, continuously refilled and rolled
+    back per row, greedy outputs equal batch 1 and, for the lossless rule, transformers' generate."""
+    pair = other_pair
+    rule = _rule(rule_name, pair)
+    dec = SpeculativeDecoder(pair, rule, block_size=4)
+    assert not dec.fast
+    prompts = [_ids(pair, t) for t in PROMPTS]
+    # A stop string the first prompt's output really contains early (random models emit no fixed text).
+    first = dec.generate_ids(prompts[0], max_new_tokens=30).token_ids
+    stop = (pair.tokenizer.decode(first[5:7]),)
+    batch = dec.generate_batch(prompts, max_new_tokens=30, stop_strings=stop, batch_size=4)
+    assert len({len(g.token_ids) for g in batch}) > 1  # rows finish at different steps: refills happen
+    for i, (ids, gen) in enumerate(zip(prompts, batch)):
+        one = dec.generate_ids(ids, max_new_tokens=30, stop_strings=stop, seed=i)  # prompt i's seed in a batch
+        assert gen.token_ids == one.token_ids and gen.finish_reason == one.finish_reason
+    if rule_name == "lossless":
+        for ids in prompts:
+            ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False)[0, len(ids):].tolist()
+            assert dec.generate_ids(ids, max_new_tokens=30).token_ids == ref
+
+
+def test_other_architectures_sample_as_in_batch_one(other_pair):
+    """Sampled: each sequence draws from its own generator, so its tokens do not depend on its batch."""
+    dec = SpeculativeDecoder(other_pair, make_rule("lossless"), block_size=3, sampling=SamplingConfig(0.9))
+    prompts = [_ids(other_pair, t) for t in PROMPTS]
+    seeds = list(range(10, 16))
+    batch = [g.token_ids for g in dec.generate_batch(prompts, 20, seeds=seeds, batch_size=3)]
+    assert batch == [dec.generate_ids(ids, 20, seed=s).token_ids for ids, s in zip(prompts, seeds)]
+
+
+def test_transformers_rows_roll_back_by_mask_and_compact_without_changing_results(pair):
+    """Crop-to-start on transformers rows only clears mask bits; once dead columns pile up they are
+    compacted away, and every forward still equals a plain forward over the row's own sequence."""
+    from judgekit.decode.rows import ModelRows, pad_ids
+
+    rows = ModelRows(pair.target, pair.vocab_size)
+    rows.SLACK = 0  # compact as soon as dead columns outnumber live ones
+    g = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(0, pair.vocab_size, (n,), generator=g).tolist() for n in (6, 3)]
+    handles = [rows.acquire(), rows.acquire()]
+    ids, lengths = pad_ids(seqs, "cpu")
+    rows.forward(handles, ids, [0, 0], lengths)
+    widths = []
+    for step in range(6):
+        keep = [max(1, len(s) - 2) for s in seqs]  # each row rolls back two tokens, then reads three
+        new = [torch.randint(0, pair.vocab_size, (3,), generator=g).tolist() for _ in seqs]
+        logits, _ = rows.forward(handles, torch.tensor(new), keep)
+        seqs = [s[:k] + n for s, k, n in zip(seqs, keep, new)]
+        widths.append(rows.mask.shape[1])
+        for b, s in enumerate(seqs):
+            with torch.no_grad():
+                ref = pair.target(torch.tensor([s])).logits[0, -3:, :pair.vocab_size]
+            torch.testing.assert_close(logits[b], ref, atol=1e-4, rtol=1e-4)
+    assert max(widths) <= 2 * max(len(s) for s in seqs) + 3  # compaction kept the cache bounded
+    assert rows.mask.sum(1).tolist() == [len(s) for s in seqs]  # rolled-back columns are masked out

@@ -319,7 +319,7 @@ def _same_results(a, b, layers=(-1, 1)):
 
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_fast_path_miner_equals_the_transformers_miner(pair, batch_size):
-    """The static-cache rows (judgekit.mine.fastrows) give the labels, responses and features of the transformers
+    """The static-cache rows (judgekit.decode.staticrows) give the labels, responses and features of the transformers
     caches, one problem at a time and batched (rows fed as subsets of the cache, and grown past their length)."""
     task, cfg = PrefixTask(), MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True)
     fast = Miner(pair, task, cfg, batch_size=batch_size, fast=True)
@@ -332,19 +332,19 @@ def test_fast_path_miner_equals_the_transformers_miner(pair, batch_size):
     _same_results(a, b)
 
 
-def test_fast_rows_feed_equals_feed_and_grows(pair):
-    """FastRows.feed against batching.feed on the same requests: a cold batch, a subset of rows with shared
-    prefixes cropped and extended, teacher forcing, and a sequence longer than the initial cache."""
-    from judgekit.mine.rows import RowCache, feed
-    from judgekit.decode.decoder import _fast_lm
-    from judgekit.mine.fastrows import FastRows
+def test_static_rows_feed_equals_transformers_rows_and_grows(pair):
+    """The miner's feeder on the static-cache rows against the same feeder on transformers rows, on the same
+    requests: a cold batch, a subset of rows with shared prefixes cropped and extended, teacher forcing, and a
+    sequence longer than the initial cache; each against a plain forward of the whole sequence too."""
+    from judgekit.decode.backends import fast_lm, make_rows
+    from judgekit.mine.rows import RowFeeder
 
     rng = random.Random(0)
     vocab = pair.vocab_size
     seqs = [[rng.randrange(vocab) for _ in range(n)] for n in (7, 12, 5)]
-    fast = {"target": FastRows(_fast_lm(pair.target, False), vocab, 3, max_len=16)}
-    slow = [RowCache() for _ in range(3)]
-    rows = [fast["target"].acquire() for _ in range(3)]
+    fast = RowFeeder(make_rows(pair.target, vocab, fast_lm(pair.target), max_len=16))
+    slow = RowFeeder(make_rows(pair.target, vocab))
+    rows = [(fast.acquire(), slow.acquire()) for _ in range(3)]
     steps = [
         ([0, 1, 2], seqs, False, (-1,)),
         ([2, 0], [seqs[2] + [3, 4], seqs[0][:4] + [9]], True, (1, -1)),
@@ -352,14 +352,14 @@ def test_fast_rows_feed_equals_feed_and_grows(pair):
         ([0, 1], [seqs[0][:4] + [9, 10], seqs[1][:3]], False, ()),
     ]
     for idx, want_seqs, all_pos, layers in steps:
-        got = fast["target"].feed([rows[i] for i in idx], want_seqs, all_positions=all_pos,
-                                  hidden_layers=layers)
-        ref = feed(pair.target, [slow[i] for i in idx], want_seqs, vocab, all_positions=all_pos,
-                   hidden_layers=layers)
-        for g, r in zip(got, ref):
+        got = fast.feed([rows[i][0] for i in idx], want_seqs, all_positions=all_pos, hidden_layers=layers)
+        ref = slow.feed([rows[i][1] for i in idx], want_seqs, all_positions=all_pos, hidden_layers=layers)
+        for g, r, seq in zip(got, ref, want_seqs):
             assert g.common == r.common and g.argmax == r.argmax
+            plain = pair.target(torch.tensor([seq])).logits[0, :, :vocab].argmax(-1).tolist()
+            assert r.argmax == (plain[r.common:] if all_pos else plain[-1:])
             assert (g.hidden is None) == (r.hidden is None)
             for layer in layers:
                 np.testing.assert_allclose(g.hidden[layer].astype(np.float32), r.hidden[layer].astype(np.float32),
                                            atol=1e-2, rtol=1e-2)
-    assert fast["target"].cache.max_len >= 32
+    assert fast.rows.cache.max_len >= 32

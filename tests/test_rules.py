@@ -18,7 +18,7 @@ from the paper's text ("Revisiting Lossy Verification in Speculative Decoding"):
 * lossless:                         p
 
 The Monte Carlo tests drive the sampling path the decoder runs, :func:`judgekit.decode.verify.verify_batch` (all
-draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as :func:`verify_block` here),
+draws as one batch of blocks; tests/test_fastpath.py checks it draws exactly as a written-out one-block verifier),
 and compare the empirical distribution of the emitted token with ``rule.induced`` using two bounds
 (tests/stat_checks.py), both at a false-alarm level of ALPHA = 1e-6 per check (and all generators are
 seeded, so the outcome is deterministic):
@@ -53,9 +53,8 @@ from judgekit.decode.rules import (
     generic_induced,
     make_rule,
     minp_set,
-    verify_block,
 )
-from judgekit.decode.verify import verify_batch
+from judgekit.decode.verify import verify_batch, verify_block
 
 torch.set_num_threads(1)
 
@@ -595,7 +594,7 @@ def _batched(t, n):
 def emitted_tokens(rule, p_rows, q_row, ctx, n, seed, position=0):
     """n independent k = 1 blocks with x ~ q, decided at once by the batched verifier the decoder runs
     (:func:`judgekit.decode.verify.verify_batch`; tests/test_fastpath.py checks that it makes the same draws as
-    :func:`judgekit.decode.rules.verify_block`). Returns the emitted token at `position` (0: x if accepted else the
+    a written-out one-block verifier). Returns the emitted token at `position` (0: x if accepted else the
     residual sample; 1: the bonus token, only defined after an acceptance) and the accepted lengths."""
     p = _t(p_rows)
     q = _t(q_row).unsqueeze(0)

@@ -24,6 +24,8 @@ class Timing:
     seconds: float
     new_tokens: int
     cpu_seconds: float = 0.0
+    held_bytes: int | None = None  # judgekit paths: bytes held beyond the pair's parameters (KV caches aside)
+    param_bytes: int = 0  # the pair's own parameter bytes, for the ratio
 
     @property
     def tokens_per_s(self) -> float:
@@ -56,7 +58,8 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
                      cuda_graphs: bool = False):
     """Time the greedy decoders on the same prompts, ``batch_size`` prompts at a time where the decoder can
     batch (HF target-only ``generate`` with left padding, in chunks; judgekit's fast path with continuous
-    batching; HF assisted generation and judgekit's eager path decode one prompt at a time).
+    batching on either backend: "judgekit eager" is the transformers backend, "judgekit fast" the static cache;
+    HF assisted generation decodes one prompt at a time).
     ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
     output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only).
     Returns (timings, identical?)."""
@@ -98,8 +101,9 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
             outs.append(_strip(out[0, len(x):].tolist(), pair))
         return outs
 
-    def ours_eager(batch):
-        return [g.token_ids for g in eager.generate_batch(batch, max_new_tokens=max_new_tokens)]
+    def ours_eager(batch):  # the transformers backend, batched and refilled as the fast path is
+        return [g.token_ids for g in eager.generate_batch(batch, max_new_tokens=max_new_tokens,
+                                                           batch_size=batch_size)]
 
     def ours_fast(batch):  # continuous batching: a finished sequence's row takes the next prompt
         return [g.token_ids for g in fast.generate_batch(batch, max_new_tokens=max_new_tokens,
@@ -128,9 +132,24 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
                 outs.extend(out)
             timings[name] = Timing(name, total, toks, cpu)
             outputs[name] = outs
+    # What each judgekit path holds beyond the models' own parameters (weights, tables; not KV caches).
+    from judgekit.decode.backends import held_bytes
+
+    params = param_bytes(pair.target) + param_bytes(pair.draft)
+    for name, dec in (("judgekit eager", eager), ("judgekit fast", fast), ("judgekit graphs", fast)):
+        if name in timings and dec is not None:
+            lms = dec._fast or (None, None)
+            timings[name].held_bytes = held_bytes(pair.target, lms[0]) + held_bytes(pair.draft, lms[1])
+            timings[name].param_bytes = params
     reference = outputs["HF target-only"]
     identical = all(out == reference for out in outputs.values())
     return list(timings.values()), identical
+
+
+def param_bytes(model) -> int:
+    """Bytes of a model's parameters, each storage counted once (tied weights share one)."""
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+    return sum(storages.values())
 
 
 def _strip(ids: list[int], pair) -> list[int]:
@@ -153,5 +172,10 @@ def format_report(timings: list[Timing], identical: bool, title: str, cpu_clock:
         vs_t = rate(t) / max(rate(by["HF target-only"]), 1e-9)
         lines.append(f"{t.name:<18}{t.new_tokens:>8}{t.seconds:>9.2f}{t.cpu_seconds:>9.2f}{t.tokens_per_s:>12.1f}"
                      f"{t.tokens_per_cpu_s:>11.1f}{vs_hf:>15.2f}x{vs_t:>10.2f}x")
+    for t in timings:
+        if t.held_bytes is not None:
+            share = 100.0 * t.held_bytes / max(t.param_bytes, 1)
+            lines.append(f"{t.name}: holds {t.held_bytes} bytes beyond the pair's {t.param_bytes} parameter bytes "
+                         f"({share:.2f} %; KV caches aside)")
     lines.append(f"outputs identical: {identical}   (ratios on {'CPU' if cpu_clock else 'wall'} time)")
     return "\n".join(lines)

@@ -54,14 +54,23 @@ def tiny_tokenizer(vocab_size: int = 320, chat_template: bool = True):
 
 def tiny_model(arch: str, vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 4,
                seed: int = 0, eos_token_id: int = 0):
-    """A random-init causal LM of a standard architecture ("llama" or "qwen2")."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    """A random-init causal LM of a standard architecture: "llama" or "qwen2" (the static-cache fast path
+    serves these), "gpt2" or "opt" (learned positions, no fast path: the transformers backend)."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
 
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
-    config = cls(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
-                 num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-                 max_position_embeddings=2048, tie_word_embeddings=False, eos_token_id=eos_token_id,
-                 bos_token_id=eos_token_id, pad_token_id=eos_token_id)
+    ids = dict(eos_token_id=eos_token_id, bos_token_id=eos_token_id, pad_token_id=eos_token_id)
+    if arch == "gpt2":
+        config = GPT2Config(vocab_size=vocab_size, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=2048,
+                            tie_word_embeddings=False, **ids)
+    elif arch == "opt":
+        config = OPTConfig(vocab_size=vocab_size, hidden_size=hidden, ffn_dim=hidden * 2, num_hidden_layers=layers,
+                           num_attention_heads=heads, max_position_embeddings=2048, word_embed_proj_dim=hidden,
+                           tie_word_embeddings=False, **ids)
+    else:
+        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
+        config = cls(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
+                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
+                     max_position_embeddings=2048, tie_word_embeddings=False, **ids)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     # Sharper random logits make greedy continuations less degenerate than a near-uniform init.

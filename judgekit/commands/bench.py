@@ -148,7 +148,7 @@ def register(sub) -> None:
     d.add_argument("--max-new-tokens", type=int, default=128)
     d.add_argument("--repeats", type=int, default=1)
     d.add_argument("--batch-size", type=int, default=1,
-                   help="prompts decoded together by HF target-only generate and judgekit's fast path")
+                   help="prompts decoded together by HF target-only generate and judgekit (both backends)")
     d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
     d.add_argument("--cuda-graphs", action="store_true",
                    help="also time the fast path with CUDA-graph replay of its decoding steps (CUDA only)")

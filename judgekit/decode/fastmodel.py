@@ -3,7 +3,9 @@
 Eager transformers spends most of a small decoding step in Python and module dispatch, and its caches crop
 every row of a batch by the same amount. Speculative decoding wants the opposite: B sequences in lockstep
 that each accept a different number of drafts. So, the way gpt-fast does it, we run the transformers
-weights (the same tensors, not a copy; q/k/v and gate/up optionally fused) through a forward of our own:
+weights through a forward of our own. With ``fused`` (the default) q/k/v and gate/up are concatenated once and
+the transformers modules' parameters are then pointed at views of the fused tensors, so there is still one
+copy of every weight and the transformers model keeps working (tested: same logits, shared storage):
 
 * the KV cache is preallocated, ``[B, kv_heads, max_len, head_dim]`` per layer; a forward writes the new keys
   and values of row b at positions ``start[b] .. start[b] + T - 1`` and attends to cache positions
@@ -34,8 +36,10 @@ _STATIC_ROPE = ("default", "linear", "llama3", "yarn", "ntk")  # inv_freq does n
 def fast_unsupported(model) -> str | None:
     """Why ``model`` cannot run on the fast path (None if it can)."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
-        return f"architecture {cfg.model_type!r} (fast path: {', '.join(SUPPORTED_TYPES)})"
+    if cfg is None:
+        return "no model config"
+    if getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
+        return f"architecture {getattr(cfg, 'model_type', None)!r} (fast path: {', '.join(SUPPORTED_TYPES)})"
     if getattr(cfg, "quantization_config", None) is not None:
         return "quantised weights (transformers backend)"
     if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:
@@ -50,6 +54,37 @@ def fast_unsupported(model) -> str | None:
     if rope is None or getattr(rope, "rope_type", "default") not in _STATIC_ROPE:
         return f"rope type {getattr(rope, 'rope_type', None)!r}"
     return None
+
+
+def _fuse(params: list) -> Tensor:
+    """One tensor holding ``params`` stacked along dim 0; each parameter's data becomes a view of it.
+
+    Why not keep both: a fused copy next to the originals is ~65 % of every layer held twice. Rebinding
+    ``.data`` keeps the Parameter objects (and the transformers model, optimizers, hooks) intact; an in-place
+    update through a parameter writes into the fused tensor and bumps the shared version counter, which
+    :func:`judgekit.decode.backends.fast_lm` reads to notice it. Always a fresh tensor (a rebuild re-fuses
+    and the previous fused tensor is freed with the views that pointed into it)."""
+    with torch.inference_mode(False), torch.no_grad():
+        fused = torch.cat([p.data for p in params])
+        offset = 0
+        for p in params:
+            n = p.shape[0]
+            p.data = fused[offset: offset + n]
+            offset += n
+    return fused
+
+
+def extra_bytes(model, tensors: list[Tensor]) -> int:
+    """Bytes of ``tensors`` whose storage is not one of ``model``'s parameters' or buffers' storages: what a
+    fast forward holds beyond the model (counting each storage once)."""
+    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    seen, total = set(), 0
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in own and ptr not in seen:
+            seen.add(ptr)
+            total += t.untyped_storage().nbytes()
+    return total
 
 
 @dataclass
@@ -124,20 +159,34 @@ class FastLM:
     @staticmethod
     def _layer(block, fused: bool) -> _Layer:
         att, mlp = block.self_attn, block.mlp
-        bias = lambda lin: None if lin.bias is None else lin.bias.detach()  # noqa: E731
-        wq, wk, wv = (lin.weight.detach() for lin in (att.q_proj, att.k_proj, att.v_proj))
-        bq, bk, bv = bias(att.q_proj), bias(att.k_proj), bias(att.v_proj)
-        wqkv = torch.cat([wq, wk, wv]) if fused else None
-        bqkv = torch.cat([bq, bk, bv]) if fused and bq is not None and bk is not None and bv is not None else None
-        if fused and bq is not None and bqkv is None:  # partial biases: keep the projections separate
-            wqkv = None
-        has_mlp_bias = mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None or mlp.down_proj.bias is not None
-        if has_mlp_bias:
+        if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None or mlp.down_proj.bias is not None:
             raise ValueError("no fast path for MLP biases")
-        w_gate, w_up = mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()
-        return _Layer(wqkv, bqkv, wq, wk, wv, bq, bk, bv, att.o_proj.weight.detach(), bias(att.o_proj),
-                      torch.cat([w_gate, w_up]) if fused else None, w_gate, w_up, mlp.down_proj.weight.detach(),
+        qkv = (att.q_proj, att.k_proj, att.v_proj)
+        biases = [lin.bias is not None for lin in qkv]
+        wqkv = bqkv = w_gate_up = None
+        if fused:
+            wqkv = _fuse([lin.weight for lin in qkv])
+            if all(biases):
+                bqkv = _fuse([lin.bias for lin in qkv])
+            elif any(biases):  # partial biases: the projections stay separate (and unfused)
+                wqkv = None
+            w_gate_up = _fuse([mlp.gate_proj.weight, mlp.up_proj.weight])
+        bias = lambda lin: None if lin.bias is None else lin.bias.detach()  # noqa: E731
+        return _Layer(wqkv, bqkv, *(lin.weight.detach() for lin in qkv), *(bias(lin) for lin in qkv),
+                      att.o_proj.weight.detach(), bias(att.o_proj), w_gate_up, mlp.gate_proj.weight.detach(),
+                      mlp.up_proj.weight.detach(), mlp.down_proj.weight.detach(),
                       block.input_layernorm.weight.detach(), block.post_attention_layernorm.weight.detach())
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor this forward reads besides the KV caches (for :func:`extra_bytes`)."""
+        out = [self.embed, self.lm_head, self.norm, self._inv_freq]
+        if self.lm_head_bias is not None:
+            out.append(self.lm_head_bias)
+        if self._cos is not None:
+            out += [self._cos, self._sin, self._sin_signed]
+        for L in self.layers:
+            out += [t for t in vars(L).values() if t is not None]
+        return out
 
     @property
     def n_layers(self) -> int:

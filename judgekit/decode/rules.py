@@ -10,14 +10,14 @@ Every rule exposes three vectorised pieces, all over a block of k positions at o
 * ``induced(p, q, ctx)`` -> the closed-form induced distribution, shape [k, V], written from the paper's
   equations (8, 10, 12, sec. 3.2, Table 1 and appendices A, F) rather than from h and r, so that the tests
   can check the closed form against the generic formula and against Monte Carlo samples of
-  :func:`verify_block`.
+  :func:`judgekit.decode.verify.verify_block`.
 
 ``p`` and ``q`` are the target and draft distributions after the same sampling transform (temperature,
 top-k/top-p). Greedy decoding is the limit where both are one-hot (docs/design.md §2); rules whose decision
 depends on the *shape* of the distributions (fuzzy's divergence, the truncation sets) read it from
 ``ctx.p_shape``/``ctx.q_shape``, which the decoder fills with the temperature-1 softmax in greedy mode and
 with p and q themselves otherwise. The decoder has no rule-specific branches: it calls
-:func:`verify_block` with whichever rule it was given.
+:func:`judgekit.decode.verify.verify_batch` with whichever rule it was given.
 """
 
 from __future__ import annotations
@@ -483,31 +483,3 @@ def sample(dist: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """One sample per row without a host sync: argmax of dist / Exp(1) (the exponential race)."""
     noise = torch.empty_like(dist, dtype=torch.float32).exponential_(generator=generator)
     return (dist.float() / noise).argmax(-1)
-
-
-@dataclass
-class BlockResult:
-    n_accepted: Tensor  # scalar long tensor (on the model's device)
-    next_token: Tensor  # scalar long tensor: residual sample at the first rejection, else the bonus token
-
-
-def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
-                 generator: torch.Generator | None = None) -> BlockResult:
-    """Apply ``rule`` to a block of k drafted tokens x with target rows p [k+1, V] and draft rows q [k, V].
-
-    All positions are decided at once on the device: accepted_i = u_i < h(x_i), the accepted length is the
-    leading run, and the emitted token is drawn from the residual at the first rejection (or from the bonus
-    distribution after a full block). The caller syncs once to read the result.
-    """
-    k = x.shape[0]
-    bonus = rule.bonus(p[k:], ctx.target_rows(slice(k, None)))
-    if k == 0:
-        return BlockResult(torch.zeros((), dtype=torch.long, device=p.device), sample(bonus, generator)[0])
-    drafted_ctx = ctx.target_rows(slice(0, k))
-    h = rule.acceptance(p[:k], q, x, drafted_ctx)
-    u = torch.rand(k, generator=generator, device=p.device, dtype=torch.float32)
-    accepted = (u < h.float()).long()
-    n = accepted.cumprod(0).sum()
-    dists = torch.cat([rule.residual(p[:k], q, drafted_ctx), bonus], 0)
-    row = dists.index_select(0, n.view(1))
-    return BlockResult(n, sample(row, generator)[0])

@@ -16,10 +16,12 @@ not depend on the batch it runs in.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from judgekit.decode.rules import BlockResult, Rule, RuleContext, sample
+from judgekit.decode.rules import Rule, RuleContext, sample
 
 
 def _rows(t: Tensor | None, idx: Tensor) -> Tensor | None:
@@ -97,10 +99,15 @@ def verify_batch(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
     return n, nxt
 
 
+@dataclass
+class BlockResult:
+    n_accepted: Tensor  # scalar long tensor (on the model's device)
+    next_token: Tensor  # scalar long tensor: residual sample at the first rejection, else the bonus token
+
+
 def verify_block(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
                  generator: torch.Generator | None = None, greedy: bool = False) -> BlockResult:
-    """One sequence ([k+1, V] / [k, V] / [k]) through :func:`verify_batch`; the same result type as
-    :func:`judgekit.decode.rules.verify_block`."""
+    """One sequence ([k+1, V] / [k, V] / [k]) through :func:`verify_batch` (the tests' one-block entry)."""
     up = lambda t: None if t is None else t.unsqueeze(0)  # noqa: E731
     bctx = RuleContext(up(ctx.p_shape), up(ctx.q_shape), up(ctx.hidden), draft_hidden=up(ctx.draft_hidden))
     n, nxt = verify_batch(rule, p.unsqueeze(0), q.unsqueeze(0), x.unsqueeze(0), bctx, None, greedy, generator)

@@ -10,7 +10,7 @@ Where judgekit differs from the reference procedure in cost, not in result:
 
 * Each model keeps, per problem, its KV cache and the token ids it holds. A rollout or a teacher-forcing pass
   crops the cache to the longest common prefix with the sequence it needs and feeds only the rest, so the
-  shared prefix is never recomputed (:mod:`judgekit.mine.rows`).
+  shared prefix is never recomputed (:mod:`judgekit.mine.rows`, on the decoder's KV rows).
 * Independent problems advance together: their pending forwards run as one batched forward per model.
 * A rollout stops as soon as the task says its outcome is fixed (e.g. the `#### N` line is complete).
 * The feature — the target's hidden state at m *after reading the draft token*, which is exactly what the
@@ -38,7 +38,9 @@ from typing import Any, Generator, Iterator
 
 import numpy as np
 
-from judgekit.mine.rows import ModelRows, RowCache
+from judgekit.decode.backends import fast_models, make_rows
+from judgekit.decode.rows import Row
+from judgekit.mine.rows import RowFeeder
 from judgekit.decode.generation import eos_ids
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task
@@ -146,7 +148,7 @@ class _Slot:
     """A problem being mined: its coroutine, its models' row caches, its pending request, its scoring job."""
 
     steps: Generator
-    caches: dict[str, RowCache | int]  # per model: its row (a RowCache, or a row of the fast path's cache)
+    caches: dict[str, Row]  # per model: its KV row
     request: _Feed | _Score
     scoring: Future | None = None
 
@@ -156,18 +158,16 @@ class Miner:
 
     The algorithm is written once, as a coroutine per problem that yields forward requests (:class:`_Feed`);
     a scheduler runs the pending requests of up to ``batch_size`` problems as one batched forward per
-    model (:class:`judgekit.mine.rows.ModelRows`, or :class:`judgekit.mine.fastrows.FastRows` on the fast path), so
-    batch size 1 and batch size B share every line of the logic.
+    model (:class:`judgekit.mine.rows.RowFeeder` on the pair's KV-rows backend, :mod:`judgekit.decode.backends`),
+    so batch size 1 and batch size B share every line of the logic.
     """
 
     def __init__(self, pair: ModelPair, task: Task, config: MineConfig | None = None, batch_size: int = 1,
                  fast: bool | str = "auto"):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        from judgekit.decode.decoder import _fast_models
-
-        # On Llama / Qwen2 pairs the forwards run on the static-cache fast path (judgekit.mine.fastrows).
-        self._fast = _fast_models(pair, fast, compile=False)
+        # On Llama / Qwen2 pairs the forwards run on the static-cache backend, else on transformers caches.
+        self._fast = fast_models(pair, fast, compile=False)
         self.pair = pair
         self.task = task
         self.cfg = config or MineConfig()
@@ -215,14 +215,10 @@ class Miner:
     def _run(self, pending: Iterator[Problem], pool: ThreadPoolExecutor) -> Iterator[ProblemResult]:
         active: list[_Slot] = []
         vocab = self.pair.vocab_size
-        if self._fast is not None:
-            from judgekit.mine.fastrows import FastRows
-
-            max_len = 2 * self.cfg.max_new_tokens + 256  # grows if a prompt is longer
-            rows = {name: FastRows(lm, vocab, self.batch_size, max_len)
-                    for name, lm in zip(("target", "draft"), self._fast)}
-        else:
-            rows = {"target": ModelRows(self.pair.target, vocab), "draft": ModelRows(self.pair.draft, vocab)}
+        max_len = 2 * self.cfg.max_new_tokens + 256  # static rows grow if a prompt is longer
+        lms = self._fast or (None, None)
+        rows = {name: RowFeeder(make_rows(model, vocab, lm, max_len))
+                for name, model, lm in zip(("target", "draft"), (self.pair.target, self.pair.draft), lms)}
 
         def start_next() -> bool:
             problem = next(pending, None)

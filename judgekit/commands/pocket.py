@@ -38,6 +38,8 @@ def register(subparsers) -> None:
     ev.add_argument("--gamma", type=int, default=8)
     ev.add_argument("--oracle-limit", type=int, default=50,
                     help="problems per task for oracle-judge speculative decoding (0: skip)")
+    ev.add_argument("--tasks", default="pocket-math,pocket-code",
+                    help="tasks to measure, comma-separated (e.g. pocket-math-hard for the hard pair)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
@@ -71,6 +73,7 @@ def _eval(args: argparse.Namespace) -> int:
     report = evaluate_pair(args.target, args.draft, limit=args.limit, mismatch_limit=args.mismatch_limit,
                            gamma=args.gamma, seed=args.seed, threads=args.threads,
                            oracle_limit=args.oracle_limit,
+                           tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
                            log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(report, indent=2))
     if args.json:

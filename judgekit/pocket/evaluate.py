@@ -316,6 +316,11 @@ def evaluate_pair(target: str = "pocket-target", draft: str = "pocket-draft", li
     """All the data card's numbers for a pair, on held-out (test split) problems, greedy."""
     from judgekit.tasks import get_task
 
+    unknown = [t for t in tasks if t not in MAX_NEW]
+    if unknown:
+        from judgekit.errors import JudgekitError
+
+        raise JudgekitError(f"pocket eval measures the pocket tasks ({', '.join(MAX_NEW)}), not {', '.join(unknown)}")
     torch.set_num_threads(threads)
     random.seed(seed)
     t_model, tokenizer = load(target)

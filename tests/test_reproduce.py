@@ -102,3 +102,16 @@ def test_quick_recipe_end_to_end_and_resumed(tmp_path, capsys):
     assert main(args) == 0  # every stage resumes: nothing is decoded again
     assert "pocket-math: 0 decodings" in capsys.readouterr().out
     assert json.loads((out / "findings.json").read_text())["rows"] == rows
+
+
+def test_a_task_whose_pair_is_missing_is_reported_not_measured(tmp_path):
+    """No judges asked, so nothing is mined; the missing pair stops only its own task."""
+    cfg = tmp_path / "r.toml"
+    cfg.write_text("problems = 2\nmine_problems = 2\n[[task]]\nname = 'pocket-math-hard'\n"
+                   f"target = '{tmp_path / 'no-such-model'}'\ndraft = '{tmp_path / 'no-such-draft'}'\n"
+                   "judges = false\n[[sweep]]\nrules = ['lossless']\n[analyze]\npairs = 8\nnoise = [1.0]\n"
+                   "p_base = [0.1]\nepsilon = [0.01]\n")
+    result = rp.reproduce(tmp_path / "out", rp.load_settings(cfg), log=lambda _m: None)
+    assert [r["key"] for r in result["rows"]] == ["fig5-eta", "fig5-minp"]
+    table = (tmp_path / "out" / "findings.md").read_text()
+    assert "- pocket-math-hard: not measured" in table and "no-such-model" in table

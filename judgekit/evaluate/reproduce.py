@@ -357,13 +357,21 @@ def reproduce(out: str | Path, settings: ReproduceSettings, log: Callable[[str],
     needs_judges = any(t.judges for t in settings.tasks)
     mined = mine_stage(settings, out, log) if needs_judges else []
     judges = judge_stage(settings, mined, out, log) if needs_judges else []
-    records = {run.name: eval_stage(settings, run, judges, out, log) for run in settings.tasks}
+    records, skipped = {}, {}
+    for run in settings.tasks:
+        try:
+            records[run.name] = eval_stage(settings, run, judges, out, log)
+        except JudgekitError as err:  # e.g. a pair that is not trained here: the task's findings are not measured
+            skipped[run.name] = str(err)
+            log(f"{run.name}: not evaluated ({err})")
     lemma = analyze_stage(settings, out)
     rows = finding_rows(records) + lemma1_rows(lemma)
     wall = time.perf_counter() - start
     header = (f"## Findings on the pocket world ({settings.problems} held-out problems per task; "
               f"verdicts from the 95 % paired intervals; this run {wall:.0f} s)")
-    atomic_write_bytes(out / "findings.md", findings_markdown(rows, header).encode())
-    atomic_write_bytes(out / "findings.json", json.dumps({"wall_seconds": wall, "rows": rows}, indent=1).encode())
+    notes = "".join(f"\n- {name}: not measured — {why}" for name, why in skipped.items())
+    atomic_write_bytes(out / "findings.md", (findings_markdown(rows, header) + notes + ("\n" if notes else "")).encode())
+    atomic_write_bytes(out / "findings.json", json.dumps({"wall_seconds": wall, "rows": rows, "skipped": skipped},
+                                                         indent=1).encode())
     log(f"findings -> {out / 'findings.md'} ({wall:.0f} s)")
     return {"rows": rows, "wall_seconds": wall, "judges": judges}

@@ -250,3 +250,13 @@ def test_allowed_share_counts_draft_mismatches_inside_the_targets_sets():
     assert share["inside_minp_0.1"] == 0.5 and share["inside_minp_0.3"] == 0.5
     # eta at epsilon 0.05 keeps p >= min(0.05, 0.3 exp(-H)) = 0.05 here: token 2 (0.055) is inside
     assert share["inside_eta_0.05_0.3"] == 1.0
+
+
+def test_pocket_eval_takes_the_pocket_tasks_only():
+    from judgekit.cli import build_parser
+    from judgekit.pocket.evaluate import evaluate_pair
+
+    args = build_parser().parse_args(["pocket", "eval", "--tasks", "pocket-math-hard"])
+    assert args.tasks == "pocket-math-hard"
+    with pytest.raises(JudgekitError, match="pocket tasks"):
+        evaluate_pair(tasks=["gsm8k"])  # refused before any model is loaded

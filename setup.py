@@ -4,7 +4,7 @@ data/pocket) inside the package as judgekit/pocket/shipped, so that `pip install
 
 from setuptools import find_packages, setup
 
-POCKET_DATA = ["*.json", "*.md", "target/*", "draft/*"]
+POCKET_DATA = ["*.json", "*.md", "target/*", "draft/*", "hard-target/*", "hard-draft/*"]
 
 setup(
     packages=find_packages(include=["judgekit", "judgekit.*"]) + ["judgekit.pocket.shipped"],

@@ -182,3 +182,81 @@ def test_stopping_inside_the_schedule_equals_the_longer_runs_checkpoint(tmp_path
     c = load_file(str(tmp_path / "long" / "draft" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_task_mix_with_no_hard_share_is_the_original_choice():
+    """The shipped recipe's random draws are unchanged by the hard share (0 by default)."""
+    import random
+
+    from judgekit.pocket.train import pick_task
+
+    tasks = ["math", "code", "hard"]
+    rng = random.Random(0)
+    us = [rng.random() for _ in range(2000)]
+    assert [pick_task(tasks, u, 0.7) for u in us] == [("math" if u < 0.7 else "code") for u in us]
+    picked = [pick_task(tasks, u, 0.25, 0.6) for u in us]
+    share = {t: picked.count(t) / len(us) for t in tasks}
+    assert share["hard"] == pytest.approx(0.6, abs=0.04) and share["math"] == pytest.approx(0.25, abs=0.04)
+
+
+def test_hard_pair_aliases():
+    assert pocket_model_path("pocket-hard-target") == POCKET_DIR / "hard-target"
+    assert pocket_model_path("pocket-hard-draft") == POCKET_DIR / "hard-draft"
+
+
+@shipped
+def test_fine_tuning_starts_from_the_given_weights_and_keeps_their_vocabulary(tmp_path):
+    """The hard recipe: a copy of a shipped model, trained a few steps on a mix with pocket-math-hard; the
+    shipped files are untouched and the copy keeps the shipped tokenizer (its embeddings' vocabulary)."""
+    import hashlib
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from judgekit.pocket.train import hard_specs, train_pair
+
+    shipped_file = POCKET_DIR / "draft" / "model.safetensors"
+    before = hashlib.sha256(shipped_file.read_bytes()).hexdigest()
+    spec = hard_specs()["hard-draft"]
+    assert spec.init_from == str(POCKET_DIR / "draft") and spec.hard_fraction > 0 and spec.style == "draft"
+    assert 0 < spec.hard_fraction + spec.math_fraction < 1  # the old tasks stay in every batch's mix
+    train_pair(tmp_path, seed=0, device="cpu", specs={"hard-draft": replace(spec, steps=2, batch_size=4, warmup=1)},
+               which=("hard-draft",), log=lambda _m: None)
+    tuned, start = load_file(str(tmp_path / "hard-draft" / "model.safetensors")), load_file(str(shipped_file))
+    assert tuned.keys() == start.keys()
+    # moved a little from the shipped weights (2 steps at a small LR), not re-initialised
+    moved = [(tuned[k] - start[k]).abs().max().item() for k in start]
+    assert max(moved) > 0 and max(moved) < 0.05
+    assert (tmp_path / "hard-draft" / "tokenizer.json").read_text() == (POCKET_DIR / "draft" / "tokenizer.json").read_text()
+    assert hashlib.sha256(shipped_file.read_bytes()).hexdigest() == before
+
+
+def test_allowed_share_counts_draft_mismatches_inside_the_targets_sets():
+    """A target whose distribution is fixed per position: the draft's wrong tokens are inside min-p at 0.1 only
+    when their target probability is at least a tenth of the top one."""
+    from judgekit.pocket.evaluate import allowed_share
+
+    probs = torch.tensor([0.60, 0.30, 0.055, 0.045])
+
+    class Fixed(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            logits = probs.log().expand(*input_ids.shape, 4)
+            return type("Out", (), {"logits": logits})()
+
+    # the target's greedy token is 0 everywhere; the draft guesses 0 (match), 1 (p 0.3: inside min-p 0.1 and
+    # 0.3), 2 (p 0.055: inside neither, 0.055 < 0.06)
+    share = allowed_share(Fixed(), [[3, 3]], [[0, 0, 0]], [[0, 1, 2]], pad=3)
+    assert share["mismatches"] == 2
+    assert share["inside_minp_0.1"] == 0.5 and share["inside_minp_0.3"] == 0.5
+    # eta at epsilon 0.05 keeps p >= min(0.05, 0.3 exp(-H)) = 0.05 here: token 2 (0.055) is inside
+    assert share["inside_eta_0.05_0.3"] == 1.0
+
+
+def test_pocket_eval_takes_the_pocket_tasks_only():
+    from judgekit.cli import build_parser
+    from judgekit.pocket.evaluate import evaluate_pair
+
+    args = build_parser().parse_args(["pocket", "eval", "--tasks", "pocket-math-hard"])
+    assert args.tasks == "pocket-math-hard"
+    with pytest.raises(JudgekitError, match="pocket tasks"):
+        evaluate_pair(tasks=["gsm8k"])  # refused before any model is loaded

@@ -13,12 +13,12 @@ from judgekit.tasks.pocket_math import PocketMath
 
 
 def _keys(task, problems):
-    if task.name == "pocket-math":
+    if task.name.startswith("pocket-math"):
         return {task.key(p.meta["template"], tuple(p.meta["numbers"])) for p in problems}
     return {task.key(p.meta["family"], tuple(p.meta["params"])) for p in problems}
 
 
-@pytest.mark.parametrize("name", ["pocket-math", "pocket-code"])
+@pytest.mark.parametrize("name", ["pocket-math", "pocket-code", "pocket-math-hard"])
 def test_deterministic_for_a_seed(name):
     a = get_task(name, seed=3).load("test", limit=30)
     b = get_task(name, seed=3).load("test", limit=30)
@@ -30,7 +30,7 @@ def test_deterministic_for_a_seed(name):
     assert [task.reference_completion(p, rng_a) for p in a] == [task.reference_completion(p, rng_b) for p in a]
 
 
-@pytest.mark.parametrize("name,frac", [("pocket-math", 0.2), ("pocket-code", 0.25)])
+@pytest.mark.parametrize("name,frac", [("pocket-math", 0.2), ("pocket-code", 0.25), ("pocket-math-hard", 0.2)])
 def test_splits_are_disjoint(name, frac):
     task = get_task(name)
     train, test = task.load("train", limit=600), task.load("test", limit=150)
@@ -40,6 +40,75 @@ def test_splits_are_disjoint(name, frac):
     # another seed draws other problems but never crosses the split
     assert not (_keys(task, get_task(name, seed=9).load("train", limit=600)) & ktest)
     assert len({p.problem_id for p in test}) == len(test)
+
+
+def _solve_hard(question: str) -> tuple[int, list[int]]:
+    """An independent reading of a pocket-math-hard question: the answer, and the numbers of the sentences
+    that do not change the amount (the distractors)."""
+    import re
+
+    cur, ignored = None, []
+    for sentence in re.split(r"(?<=\.) ", question):
+        nums = [int(x) for x in re.findall(r"\d+", sentence)]
+        if sentence.endswith("?"):
+            continue
+        if cur is None:
+            cur = nums[0]
+        elif " more " in sentence:
+            cur += nums[0]
+        elif "gives away" in sentence:
+            cur -= nums[0]
+        elif " a day for " in sentence or " boxes with " in sentence:
+            x, y = (nums if " a day for " in sentence else nums[::-1])
+            cur += x * y
+        elif "times as large" in sentence:
+            cur *= nums[0]
+        elif "equally into" in sentence:
+            assert cur % nums[0] == 0
+            cur //= nums[0]
+        else:
+            ignored += nums
+    return cur, ignored
+
+
+def test_hard_math_is_harder_and_its_gold_answers_are_right():
+    from judgekit.tasks.pocket_math import PocketMathHard
+
+    task = get_task("pocket-math-hard")
+    assert isinstance(task, PocketMathHard) and task.name == "pocket-math-hard"
+    problems = task.load("test", limit=120)
+    assert {p.meta["steps"] for p in problems} == {4, 5, 6}
+    rng = random.Random(0)
+    for p in problems:
+        answer, ignored = _solve_hard(p.question)
+        assert str(answer) == p.reference, p.question
+        assert len(ignored) == 1, p.question  # exactly one distractor sentence, with one number
+        for s in task.steps(p):
+            assert 0 < s.result < 1000
+            if s.op in "+-":  # every addition and subtraction carries or borrows in some column
+                a, b, carried = s.a, s.b, False
+                while a or b:
+                    carried |= (a % 10 + b % 10 >= 10) if s.op == "+" else (a % 10 < b % 10)
+                    a, b = a // 10, b // 10
+                assert carried, (s, p.question)
+        for style in ("target", "draft"):
+            text = get_task("pocket-math-hard", style=style).reference_completion(p, rng)
+            assert task.grade(p, task.extract_outcome(p, text)) and text.rstrip().endswith(f"#### {p.reference}")
+    # the hard level is longer than the easy one and its numbers larger
+    easy = get_task("pocket-math").load("test", limit=120)
+    assert min(p.meta["steps"] for p in problems) >= max(p.meta["steps"] for p in easy)
+    assert sum(int(p.reference) for p in problems) > 2 * sum(int(p.reference) for p in easy)
+
+
+EASY_TEMPLATES_BEFORE, EASY_REFERENCES_BEFORE = ["bus", "bus", "reading"], ["37", "14", "21"]
+
+
+def test_the_easy_level_is_unchanged_by_the_hard_one():
+    """The shipped pair's training stream: the easy generator's problems must not move (checked against
+    values recorded before the hard level existed)."""
+    p = PocketMath().load("test", limit=3)
+    assert [q.meta["template"] for q in p] == EASY_TEMPLATES_BEFORE
+    assert [q.reference for q in p] == EASY_REFERENCES_BEFORE
 
 
 def test_unknown_split_is_refused():

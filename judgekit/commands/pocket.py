@@ -21,6 +21,9 @@ def register(subparsers) -> None:
     train.add_argument("--device", default="auto", help="auto, cpu or cuda")
     train.add_argument("--only", choices=("target", "draft"), default=None,
                        help="train one model (two processes can then train the pair side by side)")
+    train.add_argument("--recipe", choices=("shipped", "hard"), default="shipped",
+                       help="shipped: the pocket pair from scratch (out/target, out/draft); hard: fine-tune copies "
+                            "of the shipped pair on pocket-math-hard (out/hard-target, out/hard-draft)")
     train.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared CPU)")
     train.add_argument("--target-steps", type=int, default=None)
     train.add_argument("--draft-steps", type=int, default=None)
@@ -35,6 +38,8 @@ def register(subparsers) -> None:
     ev.add_argument("--gamma", type=int, default=8)
     ev.add_argument("--oracle-limit", type=int, default=50,
                     help="problems per task for oracle-judge speculative decoding (0: skip)")
+    ev.add_argument("--tasks", default="pocket-math,pocket-code",
+                    help="tasks to measure, comma-separated (e.g. pocket-math-hard for the hard pair)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
@@ -44,13 +49,14 @@ def register(subparsers) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from judgekit.pocket import POCKET_DIR
-    from judgekit.pocket.train import default_specs, train_pair
+    from judgekit.pocket.train import default_specs, hard_specs, train_pair
 
-    specs = default_specs()
-    for name, steps in (("target", args.target_steps), ("draft", args.draft_steps)):
+    prefix = "hard-" if args.recipe == "hard" else ""
+    specs = hard_specs() if prefix else default_specs()
+    for name, steps in ((prefix + "target", args.target_steps), (prefix + "draft", args.draft_steps)):
         if steps:  # a full schedule of that many steps (not a stop inside the default cosine horizon)
             specs[name].steps, specs[name].schedule_steps = steps, None
-    which = (args.only,) if args.only else ("target", "draft")
+    which = tuple(prefix + n for n in ((args.only,) if args.only else ("target", "draft")))
     start = time.time()
     results = train_pair(args.out or POCKET_DIR, seed=args.seed, device=args.device, specs=specs,
                          which=which, threads=args.threads, checkpoint_every=args.checkpoint_every,
@@ -67,6 +73,7 @@ def _eval(args: argparse.Namespace) -> int:
     report = evaluate_pair(args.target, args.draft, limit=args.limit, mismatch_limit=args.mismatch_limit,
                            gamma=args.gamma, seed=args.seed, threads=args.threads,
                            oracle_limit=args.oracle_limit,
+                           tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
                            log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(report, indent=2))
     if args.json:

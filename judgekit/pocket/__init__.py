@@ -17,7 +17,9 @@ REPO_ROOT = PACKAGE_DIR.parents[1]
 # directory inside the package, as judgekit/pocket/shipped (see setup.py), so installs need no checkout.
 INSTALLED_DIR = PACKAGE_DIR / "shipped"
 CHECKOUT_DIR = REPO_ROOT / "data" / "pocket"
-ALIASES = {"pocket-target": "target", "pocket-draft": "draft"}
+# The third pair (fine-tuned for pocket-math-hard, data/pocket/README.md) lives beside the shipped one.
+ALIASES = {"pocket-target": "target", "pocket-draft": "draft",
+           "pocket-hard-target": "hard-target", "pocket-hard-draft": "hard-draft"}
 
 
 def find_pocket_dir(installed: Path = INSTALLED_DIR, checkout: Path = CHECKOUT_DIR) -> Path:

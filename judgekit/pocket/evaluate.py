@@ -19,7 +19,7 @@ import torch
 
 from judgekit.pocket import ALIASES, pocket_model_path
 
-MAX_NEW = {"pocket-math": 160, "pocket-code": 128}
+MAX_NEW = {"pocket-math": 160, "pocket-code": 128, "pocket-math-hard": 192}
 
 
 def resolve(name: str) -> Path | str:
@@ -110,6 +110,39 @@ def next_argmax(model: Any, seqs: Sequence[list[int]], k: Sequence[int], pad: in
     ids, mask = _right_padded(seqs, pad)
     pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
     return [pred[i, len(s) - n - 1: len(s)].tolist() for i, (s, n) in enumerate(zip(seqs, k))]
+
+
+# The truncation sets the census checks: min-p at the demo's two p_base values and eta at its (epsilon, delta).
+TRUNCATION_SETS = (("minp_0.1", "minp", (0.1,)), ("minp_0.3", "minp", (0.3,)), ("eta_0.05_0.3", "eta", (0.05, 0.3)))
+
+
+@torch.no_grad()
+def allowed_share(target: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]],
+                  guesses: Sequence[list[int]], pad: int, batch_size: int = 64) -> dict:
+    """At every position where the draft's teacher-forced argmax differs from the target's greedy token, is
+    the draft's token inside the target's min-p / eta allowed set at temperature 1?
+
+    That share is what decides whether truncation rules can differ from SpecCascade: a truncation rule
+    accepts a mismatching draft token only when it is in the allowed set, so a draft whose wrong tokens the
+    target deems implausible gives min-p/eta nothing to accept (the sets are judgekit.decode.rules')."""
+    from judgekit.decode.rules import eta_set, minp_set
+
+    kinds = {"minp": minp_set, "eta": eta_set}
+    inside = {name: 0 for name, _, _ in TRUNCATION_SETS}
+    mismatches = 0
+    for start in range(0, len(prompts), batch_size):
+        ps, rs, gs = (x[start:start + batch_size] for x in (prompts, responses, guesses))
+        ids, mask = _right_padded([p + r for p, r in zip(ps, rs)], pad)
+        probs = target(input_ids=ids, attention_mask=mask).logits.softmax(-1)
+        for i, (p, r, g) in enumerate(zip(ps, rs, gs)):
+            rows = probs[i, len(p) - 1: len(p) + len(r) - 1]
+            drafted = torch.tensor(g[: len(r)])
+            miss = drafted != torch.tensor(r)
+            mismatches += int(miss.sum())
+            for name, kind, args in TRUNCATION_SETS:
+                allowed = kinds[kind](rows, *args).gather(-1, drafted[:, None])[:, 0]
+                inside[name] += int((allowed & miss).sum())
+    return {"mismatches": mismatches, **{f"inside_{k}": v / max(1, mismatches) for k, v in inside.items()}}
 
 
 def oracle_judge(task: Any, problems: Sequence[Any], target: Any, draft: Any, tokenizer: Any,
@@ -258,10 +291,12 @@ def evaluate_task(task: Any, target: Any, draft: Any, tokenizer: Any, limit: int
                              outcomes[:n])
     agree = sum(a == b for r, g in zip(responses, guesses) for a, b in zip(r, g)) / max(1, sum(map(len, responses)))
     tv = total_variation(target, draft, prompts, responses, tokenizer.pad_token_id)
+    shares = allowed_share(target, prompts, responses, guesses, tokenizer.pad_token_id)
     report = {"problems": len(problems), "target_accuracy": sum(t_ok) / len(problems),
               "draft_accuracy": sum(d_ok) / len(problems), f"block_efficiency_gamma{gamma}": be,
               "draft_token_agreement": agree, "mean_tv_temperature1": sum(tv) / max(1, len(tv)),
-              "mean_response_tokens": sum(map(len, responses)) / len(problems), "mismatch_census": census}
+              "mean_response_tokens": sum(map(len, responses)) / len(problems), "mismatch_census": census,
+              "draft_mismatches_in_target_sets": shares}
     m = min(oracle_limit, len(problems))
     if m:
         log(f"{task.name}: oracle-judge speculative decoding on {m} problems")
@@ -281,6 +316,11 @@ def evaluate_pair(target: str = "pocket-target", draft: str = "pocket-draft", li
     """All the data card's numbers for a pair, on held-out (test split) problems, greedy."""
     from judgekit.tasks import get_task
 
+    unknown = [t for t in tasks if t not in MAX_NEW]
+    if unknown:
+        from judgekit.errors import JudgekitError
+
+        raise JudgekitError(f"pocket eval measures the pocket tasks ({', '.join(MAX_NEW)}), not {', '.join(unknown)}")
     torch.set_num_threads(threads)
     random.seed(seed)
     t_model, tokenizer = load(target)

@@ -41,6 +41,10 @@ class TrainSpec:
     seed: int = 0
     style: str = "target"  # solution habits of the training data (judgekit.tasks.pocket_common.STYLES)
     schedule_steps: int | None = None  # cosine horizon, when training stops before its end (None: `steps`)
+    # Share of pocket-math-hard problems per batch, drawn before the math/code split (0: the original mix,
+    # with exactly its random draws, so the shipped pair's recipe is unchanged).
+    hard_fraction: float = 0.0
+    init_from: str | None = None  # fine-tune from this model directory's weights instead of a fresh init
 
 
 def make_model(tokenizer: Any, arch: dict, seed: int):
@@ -63,12 +67,20 @@ def encode_example(tokenizer: Any, prompt: str, completion: str) -> tuple[list[i
     return p + c, [-100] * len(p) + c
 
 
+def pick_task(tasks: list, u: float, math_fraction: float, hard_fraction: float = 0.0) -> Any:
+    """The task of one batch row from one uniform draw `u`: [hard | math | code] in those shares (tasks are
+    math, code[, hard]); with hard_fraction 0 it is the original math/code choice for the same `u`."""
+    if u < hard_fraction:
+        return tasks[2]
+    return tasks[0] if u < hard_fraction + math_fraction else tasks[1]
+
+
 def sample_batch(tokenizer: Any, tasks: list, rng: random.Random, batch_size: int,
-                 math_fraction: float) -> dict[str, torch.Tensor]:
+                 math_fraction: float, hard_fraction: float = 0.0) -> dict[str, torch.Tensor]:
     """A right-padded batch of fresh training problems, each with a random equivalent solution."""
     rows = []
     for _ in range(batch_size):
-        task = tasks[0] if rng.random() < math_fraction else tasks[1]
+        task = pick_task(tasks, rng.random(), math_fraction, hard_fraction)
         problem = task.sample("train", rng)
         prompt = task.build_prompt(problem, tokenizer, chat_template=True)
         rows.append(encode_example(tokenizer, prompt, task.reference_completion(problem, rng)))
@@ -96,12 +108,21 @@ def lr_at(step: int, spec: TrainSpec) -> float:
 def train_model(tokenizer: Any, spec: TrainSpec, device: torch.device,
                 log: Callable[[str], None] = print, checkpoint_every: int = 0,
                 on_checkpoint: Callable[[Any, int], None] | None = None) -> tuple[Any, dict]:
-    """Train one model from scratch; returns it (eval mode, on CPU) and a summary of the run."""
+    """Train one model from scratch (or fine-tune `spec.init_from`); returns it (eval mode, on CPU) and a
+    summary of the run."""
     from judgekit.tasks.pocket_code import PocketCode
-    from judgekit.tasks.pocket_math import PocketMath
+    from judgekit.tasks.pocket_math import PocketMath, PocketMathHard
 
-    model = make_model(tokenizer, spec.arch, spec.seed).to(device)
+    if spec.init_from:
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_pretrained(spec.init_from, dtype=torch.float32).to(device)
+    else:
+        model = make_model(tokenizer, spec.arch, spec.seed).to(device)
     tasks = [PocketMath(spec.seed, style=spec.style), PocketCode(spec.seed, style=spec.style)]
+    if spec.hard_fraction:
+        tasks.append(PocketMathHard(spec.seed, style=spec.style))
     rng = random.Random(spec.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -113,7 +134,7 @@ def train_model(tokenizer: Any, spec: TrainSpec, device: torch.device,
         for group in opt.param_groups:
             group["lr"] = lr_at(step, spec)
         batch = {k: v.to(device) for k, v in sample_batch(tokenizer, tasks, rng, spec.batch_size,
-                                                          spec.math_fraction).items()}
+                                                          spec.math_fraction, spec.hard_fraction).items()}
         loss = model(**batch).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -153,6 +174,19 @@ def default_specs() -> dict[str, TrainSpec]:
                                math_fraction=0.8)}
 
 
+def hard_specs(root: Path | None = None) -> dict[str, TrainSpec]:
+    """The third pair (`pocket-hard-target` / `pocket-hard-draft`): copies of the shipped target and draft
+    fine-tuned on a mix led by pocket-math-hard, the old tasks kept in every batch so that nothing is
+    forgotten; the same habits (styles) as the shipped pair; a short cosine schedule at half its LR and half its
+    batch (sized for a 2-core CPU shared by many jobs: about 3 minutes of CPU per model)."""
+    from judgekit.pocket import POCKET_DIR
+
+    root = root or POCKET_DIR
+    common = dict(steps=500, batch_size=16, lr=1.5e-3, warmup=20, hard_fraction=0.6, math_fraction=0.25)
+    return {"hard-target": TrainSpec(arch=dict(TARGET_ARCH), init_from=str(root / "target"), **common),
+            "hard-draft": TrainSpec(arch=dict(DRAFT_ARCH), init_from=str(root / "draft"), style="draft", **common)}
+
+
 def train_pair(out: Path, seed: int = 0, device: str = "auto", specs: dict[str, TrainSpec] | None = None,
                log: Callable[[str], None] = print, which: tuple[str, ...] = ("target", "draft"),
                threads: int = 1, checkpoint_every: int = 0, checkpoint_dir: Path | None = None) -> dict:
@@ -164,12 +198,18 @@ def train_pair(out: Path, seed: int = 0, device: str = "auto", specs: dict[str, 
 
     torch.set_num_threads(threads)
     dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
-    tokenizer = build_tokenizer(seed=seed)  # deterministic: separate processes build the same vocab
     specs = specs or default_specs()
+    init = next((specs[n].init_from for n in which if specs[n].init_from), None)
+    if init:  # fine-tuning keeps the shipped vocabulary (the one its embeddings were trained on)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(init)
+    else:
+        tokenizer = build_tokenizer(seed=seed)  # deterministic: separate processes build the same vocab
     results = {}
     for name in which:
         spec = specs[name]
-        spec.seed = seed if name == "target" else seed + 1
+        spec.seed = seed if name.endswith("target") else seed + 1
         log(f"training {name}: {spec}")
 
         def save_ckpt(model: Any, step: int, name: str = name) -> None:

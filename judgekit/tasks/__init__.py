@@ -17,6 +17,7 @@ _REGISTRY: dict[str, str] = {
     "humaneval+": "judgekit.tasks.evalplus_tasks:HumanEvalPlus",
     "mbpp+": "judgekit.tasks.evalplus_tasks:MBPPPlus",
     "pocket-math": "judgekit.tasks.pocket_math:PocketMath",
+    "pocket-math-hard": "judgekit.tasks.pocket_math:PocketMathHard",
     "pocket-code": "judgekit.tasks.pocket_code:PocketCode",
     "bfcl": "judgekit.tasks.bfcl:BFCL",
     "include": "judgekit.tasks.include:Include",

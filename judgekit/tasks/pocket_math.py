@@ -58,6 +58,14 @@ class Deco:
     def Pron(self) -> str:  # noqa: N802 - sentence-initial pronoun
         return self.pron.capitalize()
 
+    @property
+    def poss(self) -> str:
+        return "her" if self.pron == "she" else "his"
+
+    @property
+    def Poss(self) -> str:  # noqa: N802 - sentence-initial possessive
+        return self.poss.capitalize()
+
 
 def _r(rng: random.Random, lo: int, hi: int) -> int:
     return rng.randint(lo, hi)
@@ -234,6 +242,121 @@ TEMPLATES: dict[str, tuple[Sampler, Builder]] = {
 }
 
 
+# ---- the hard level (`pocket-math-hard`): 4-6 steps, 2-3 digit operands with carries, one distractor ----------
+# How a real small draft fails on GSM8K: a wrong digit where a carry or borrow is needed, an intermediate result
+# copied from the wrong line, the question's irrelevant number used instead of the relevant one. The hard level
+# is built to give exactly those chances: every add/subtract is multi-digit and carries (or borrows) at least
+# once, intermediate results are reused several lines later, and the question states one number that no step
+# uses. Numbers stay below 1000 (the model writes digits one by one) so a ~1M target can still learn it.
+def _carries(a: int, b: int, op: str) -> bool:
+    """Whether `a op b` (op + or -) needs a carry or a borrow in some digit column."""
+    while a or b:
+        x, y = a % 10, b % 10
+        if (op == "+" and x + y >= 10) or (op == "-" and x < y):
+            return True
+        a, b = a // 10, b // 10
+    return False
+
+
+# One event changes the running amount: (code, argument, second argument); codes index _EVENT_KINDS.
+_EVENT_KINDS = ("gain", "loss", "weekly", "times", "split")
+_DISTRACTORS = (
+    lambda d, x: f"{d.Pron} is {x} years old.",
+    lambda d, x: f"The shop is {x} meters from {d.poss} home.",
+    lambda d, x: f"{d.Poss} bag weighs {x} grams.",
+    lambda d, x: f"Last year {d.pron} had {x} {d.things}.",
+)
+HARD_STORIES = {  # story -> (opening sentence, question), both with {name}, {pron}, {unit}
+    "store": ("{Name} has {a} {unit} in the store.", "How many {unit} does {Name} have now?"),
+    "wallet": ("{Name} has {a} dollars in a jar.", "How many dollars does {Name} have now?"),
+    "farm": ("A farm has {a} {unit}.", "How many {unit} are on the farm now?"),
+}
+
+
+def _event_sample(rng: random.Random, cur: int) -> tuple[int, int, int] | None:
+    """One event that keeps the running amount in 1..999, with a carry/borrow when it adds or subtracts."""
+    kind = rng.choice(range(len(_EVENT_KINDS)))
+    if kind == 0:
+        b = _r(rng, 12, 400)
+        return (0, b, 0) if cur + b < 1000 and _carries(cur, b, "+") else None
+    if kind == 1:
+        b = _r(rng, 12, 400)
+        return (1, b, 0) if 0 < cur - b and _carries(cur, b, "-") else None
+    if kind == 2:  # two steps: a * w (a product that carries), then added to the running amount
+        a, w = _r(rng, 12, 60), _r(rng, 3, 9)
+        return (2, a, w) if cur + a * w < 1000 and _carries(cur, a * w, "+") and a % 10 * w >= 10 else None
+    if kind == 3:
+        k = _r(rng, 2, 5)
+        return (3, k, 0) if cur * k < 1000 and cur >= 12 else None
+    k = _r(rng, 2, 9)
+    return (4, k, 0) if cur % k == 0 and cur // k >= 10 else None
+
+
+def _event_value(event: tuple[int, int, int], cur: int) -> int:
+    code, x, y = event
+    return (cur + x, cur - x, cur + x * y, cur * x, cur // x)[code]
+
+
+def _hard_sample(rng: random.Random, story: int) -> tuple | None:
+    """(story, start, distractor kind, distractor position, distractor value, then each event's three ints):
+    a problem of 4-6 arithmetic steps, or None to reject."""
+    start = cur = _r(rng, 25, 400)
+    events: list[tuple[int, int, int]] = []
+    want, steps = _r(rng, 4, 6), 0
+    for _ in range(40):
+        if steps == want:
+            break
+        e = _event_sample(rng, cur)
+        size = 2 if e is not None and e[0] == 2 else 1
+        if e is None or (events and e[0] == events[-1][0]) or steps + size > want:
+            continue
+        events.append(e)
+        steps += size
+        cur = _event_value(e, cur)
+    if steps != want:
+        return None
+    return (story, start, rng.randrange(len(_DISTRACTORS)), rng.randrange(len(events) + 1), _r(rng, 3, 90),
+            *[v for e in events for v in e])
+
+
+_EVENT_TEXT = {  # code -> (sentence, leads of its step); {x}, {y} are the event's arguments
+    0: ("{Pron} gets {x} more {unit}.", ("Then {pron} has", "After that there are", "So")),
+    1: ("{Pron} gives away {x} {unit}.", ("Now {pron} has", "That leaves", "So")),
+    3: ("Then the number of {unit} becomes {x} times as large.", ("That makes", "Now there are", "So")),
+    4: ("{Pron} splits the {unit} equally into {x} groups and keeps one group.",
+        ("One group has", "Each group has", "So")),
+}
+
+
+def _hard_build(n: tuple, d: Deco) -> tuple[str, list[Step]]:
+    story, start, dk, dpos, dval, *flat = n
+    events = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+    unit = "dollars" if story == 1 else d.item
+    fmt = dict(Name=d.name, pron=d.pron, Pron=d.Pron, unit=unit, a=start)
+    opening, question = list(HARD_STORIES.values())[story]
+    sentences = [opening.format(**fmt)]
+    steps: list[Step] = []
+    cur = start
+    for code, x, y in events:
+        if code == 2:
+            sentences.append(f"{d.Pron} then earns {x} {unit} a day for {y} days." if story == 1 else
+                             f"{d.Pron} then adds {y} boxes with {x} {unit} in each box.")
+            s1 = Step(x, "*", y, _lead("The new ones are", "That adds", "That is"), unit)
+            steps += [s1, Step(cur, "+", s1.result, _lead("Now there are", "In total", "So"), unit)]
+        else:
+            text, leads = _EVENT_TEXT[code]
+            sentences.append(text.format(x=x, **fmt))
+            steps.append(Step(cur, "+-?*/"[code], x, _lead(*(lead.format(**fmt) for lead in leads)), unit))
+        cur = steps[-1].result
+    sentences.insert(1 + dpos, _DISTRACTORS[dk](d, dval))
+    return " ".join(sentences + [question.format(**fmt)]), steps
+
+
+HARD_TEMPLATES: dict[str, tuple[Sampler, Builder]] = {
+    f"hard-{story}": (lambda rng, i=i: _hard_sample(rng, i), _hard_build) for i, story in enumerate(HARD_STORIES)}
+LEVELS = {"easy": TEMPLATES, "hard": HARD_TEMPLATES}
+
+
 def render_expr(step: Step, swap: bool = False, times: str = "*") -> str:
     """`a op b = r`; commutative ops may be written either way round, `*` also as `x`."""
     a, b = (step.b, step.a) if swap and step.op in "+*" else (step.a, step.b)
@@ -290,9 +413,12 @@ class PocketMath(PocketTask):
     splits = ("train", "test")
     stop_strings = ()
 
+    level = "easy"  # which template set (LEVELS); PocketMathHard is the same generator at level "hard"
+
     def __init__(self, seed: int = 0, style: "str | Style" = "target") -> None:
         self.seed = seed
         self.style = get_style(style)  # the habits reference_completion samples with (training data only)
+        self.templates = LEVELS[self.level]
 
     # ---- generation -------------------------------------------------------------------------------
     @staticmethod
@@ -304,8 +430,8 @@ class PocketMath(PocketTask):
         """One random problem of `split` (may repeat earlier ones; training uses this directly)."""
         check_split(self.name, split, self.splits, None)
         while True:
-            template = rng.choice(sorted(TEMPLATES))
-            sampler, _ = TEMPLATES[template]
+            template = rng.choice(sorted(self.templates))
+            sampler, _ = self.templates[template]
             numbers = sampler(rng)
             if numbers is None or split_of(self.key(template, numbers), TEST_FRACTION) != split:
                 continue
@@ -314,7 +440,7 @@ class PocketMath(PocketTask):
             return self._make(template, tuple(numbers), deco, split, "")
 
     def _make(self, template: str, numbers: tuple, deco: Deco, split: str, pid: str) -> Problem:
-        question, steps = TEMPLATES[template][1](numbers, deco)
+        question, steps = self.templates[template][1](numbers, deco)
         meta = {"template": template, "numbers": list(numbers), "deco": [deco.name, deco.pron, deco.item,
                 deco.things], "split": split, "steps": len(steps)}
         return Problem(self.name, pid, question, str(steps[-1].result), meta)
@@ -339,7 +465,7 @@ class PocketMath(PocketTask):
 
     def steps(self, problem: Problem) -> list[Step]:
         deco = Deco(*problem.meta["deco"])
-        return TEMPLATES[problem.meta["template"]][1](tuple(problem.meta["numbers"]), deco)[1]
+        return self.templates[problem.meta["template"]][1](tuple(problem.meta["numbers"]), deco)[1]
 
     def reference_completion(self, problem: Problem, rng: random.Random | None = None) -> str:
         """A correct chain of thought; rng samples among equivalent phrasings, None gives the canonical one."""
@@ -355,6 +481,14 @@ class PocketMath(PocketTask):
 
     def grade(self, problem: Problem, outcome: Outcome) -> bool:
         return outcome is not None and outcome == normalize_number(str(problem.reference))
+
+
+class PocketMathHard(PocketMath):
+    """pocket-math at the hard level: 4-6 steps over 2-3 digit numbers with carries and borrows, reused
+    intermediate results and one distractor sentence whose number no step uses (see HARD_TEMPLATES)."""
+
+    name = "pocket-math-hard"
+    level = "hard"
 
 
 def format_prompt(question: str, tokenizer: Any = None, chat_template: bool = True,

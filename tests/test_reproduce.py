@@ -20,15 +20,24 @@ def test_verdict_follows_the_interval_and_the_papers_direction():
 
 
 def test_paired_difference_pairs_by_problem_and_pools_seeds():
+    """Per-problem differences of the pooled means, only problems on both sides, with the summaries' interval
+    (the bootstrap of judgekit.evaluate.summary over those differences)."""
+    import numpy as np
+
+    from judgekit.evaluate.summary import bootstrap_weights, ratio_interval
+
     a = {"p1": [1.0, 1.0], "p2": [1.0, 0.0], "p3": [0.0, 0.0], "only-a": [1.0]}
     b = {"p1": [0.0], "p2": [0.0], "p3": [0.0], "only-b": [1.0]}
     s = rp.paired_difference(a, b)
-    d = [1.0, 0.5, 0.0]  # per-problem differences of the means, only problems on both sides
-    mean = sum(d) / 3
-    sd = (sum((x - mean) ** 2 for x in d) / 2) ** 0.5
+    d = np.array([1.0, 0.5, 0.0])
     assert s["n"] == 3 and s["diff"] == pytest.approx(0.5)
-    assert s["hi"] - s["diff"] == pytest.approx(1.959964 * sd / 3 ** 0.5) == pytest.approx(s["diff"] - s["lo"])
+    assert (s["lo"], s["hi"]) == pytest.approx(ratio_interval(d, np.ones(3), bootstrap_weights(3)))
+    assert s["lo"] < 0.5 < s["hi"]
     assert rp.paired_difference({}, b)["diff"] is None
+    many = {f"p{i}": [1.0] for i in range(200)}
+    none = {f"p{i}": [float(i % 10 == 0)] for i in range(200)}  # a true difference of 0.9
+    wide = rp.paired_difference(many, none)
+    assert wide["lo"] > 0.8 and wide["hi"] <= 1.0
 
 
 def _records(rule: str, correct: list[int], temperature: float = 1.0, params: dict | None = None) -> list[dict]:

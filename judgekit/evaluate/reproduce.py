@@ -76,21 +76,23 @@ def quick(settings: ReproduceSettings, problems: int = 3) -> ReproduceSettings:
 
 # ---- the paired difference and the verdict ---------------------------------------------------------------
 def paired_difference(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict:
-    """Mean over problems of (mean correctness of side a - of side b), with a 95 % normal interval.
+    """Mean over problems of (mean correctness of side a - of side b), with the summaries' 95 % interval.
 
     `a` and `b` map a problem id to its 0/1 outcomes on that side (several points or seeds pooled per
-    problem); only problems present on both sides count, so the difference is paired. Kept isolated on
-    purpose: the `stats` branch's paired statistics (cluster bootstrap and McNemar in evaluate/summary.py)
-    replace this one function when it lands."""
+    problem); only problems present on both sides count, so the difference is paired, and the interval is
+    judgekit.evaluate.summary's bootstrap over problems (a problem's outcomes resampled together, Hesterberg's
+    expanded percentiles) — the same statistics every summary prints."""
+    import numpy as np
+
+    from judgekit.evaluate.summary import bootstrap_weights, ratio_interval
+
     ids = sorted(set(a) & set(b))
-    d = [sum(a[i]) / len(a[i]) - sum(b[i]) / len(b[i]) for i in ids]
-    n = len(d)
-    if n == 0:
+    if not ids:
         return {"n": 0, "diff": None, "lo": None, "hi": None}
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("inf")
-    half = 1.959964 * sd / math.sqrt(n)
-    return {"n": n, "diff": mean, "lo": mean - half, "hi": mean + half}
+    d = np.array([sum(a[i]) / len(a[i]) - sum(b[i]) / len(b[i]) for i in ids])
+    ones = np.ones(len(d))
+    lo, hi = ratio_interval(d, ones, bootstrap_weights(len(d)))
+    return {"n": len(d), "diff": float(d.mean()), "lo": lo, "hi": hi}
 
 
 def verdict(lo: float | None, hi: float | None, direction: int) -> str:

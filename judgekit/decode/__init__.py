@@ -1,1 +1,1 @@
-"""Decoding: the acceptance rules, block verification, the speculative decoder and its fast static-cache path."""
+"""Decoding: the acceptance rules, block and tree verification, the one speculative step and its KV-rows backends."""

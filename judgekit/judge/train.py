@@ -1,4 +1,4 @@
-"""Training a judge head with Lightning (docs/design.md §4): the module, the data module, and `train`.
+"""Training a judge head with Lightning (docs/design.md §4): the module, the data module, and `train_one` (one judge directory).
 
 Lightning owns the loops, devices, DDP, early stopping, the progress bar and the CSV logger. What is ours,
 and why:

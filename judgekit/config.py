@@ -287,7 +287,7 @@ EVAL_RUN = (
     Setting("title", STR, "title of the summary and the plots", default=""),
     Setting("flush_every", INT, "records per committed shard (default 16)", interval=_POSITIVE, default=16),
     Setting("threads", INT, "CPU threads for torch", interval=_POSITIVE),
-    Setting("batch_size", INT, "problems decoded together in lockstep on the fast path (default 1); greedy "
+    Setting("batch_size", INT, "problems decoded together, on either backend (default 1); greedy "
                                "records do not depend on it", interval=_POSITIVE, default=1),
     Setting("grade_workers", INT, "threads grading finished problems while decoding goes on (default 4; code "
                                   "tasks run each program in the sandbox)", interval=_POSITIVE, default=4),

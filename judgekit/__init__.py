@@ -42,7 +42,8 @@ _EXPORTS: dict[str, str] = {
     "task_names": "judgekit.tasks",
     "MineConfig": "judgekit.mine.miner",
     "mine_to_dir": "judgekit.mine.miner",
-    "evaluate": "judgekit.evaluate.job",
+    # `evaluate` is also the subpackage's name, which an import of it binds on the package: hence _rules
+    "evaluate_rules": "judgekit.evaluate.job:evaluate",
     # transformers integration and provenance
     "custom_generate": "judgekit.hf_generate",
     "write_custom_generate_dir": "judgekit.hf_generate",

@@ -607,8 +607,13 @@ try:
 except OSError:
     pass
 def fix(func, p, _exc):
+    # Never touch what lies outside the tree (the root's parent is the shared temp directory), nor a path
+    # that is gone (the caller's exit handler may have removed the tree first).
+    if not os.path.lexists(p):
+        return
     try:
-        os.chmod(os.path.dirname(p), 0o700)
+        if os.path.abspath(p) != os.path.abspath(path):
+            os.chmod(os.path.dirname(p), 0o700)
         os.chmod(p, 0o700)
         func(p)
     except OSError:
@@ -743,8 +748,12 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
 def _remove_tree(path: str) -> None:
     """rmtree that also copes with directories the program made unreadable (chmod 000)."""
     def fix(func, p, _exc):  # noqa: ANN001
+        # Never chmod outside the tree (the root's parent is the shared temp directory) or a path already gone.
+        if not os.path.lexists(p):
+            return
         try:
-            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.abspath(p) != os.path.abspath(path):
+                os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)
             func(p)
         except OSError:

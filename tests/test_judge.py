@@ -87,3 +87,11 @@ def test_cli_generate_refuses_a_judge_for_another_target_of_the_same_size(tiny_d
     judge.config["target_config_sha256"] = config_fingerprint(AutoConfig.from_pretrained(t))
     judge.save(tmp_path / "fingerprint")
     assert _generate(t, d, tmp_path / "fingerprint") == 0
+
+
+def test_a_pocket_alias_and_its_directory_name_the_same_target():
+    from judgekit.judge.head import _model_name
+    from judgekit.pocket import pocket_model_path
+
+    assert _model_name("pocket-target") == _model_name(str(pocket_model_path("pocket-target")))
+    assert _model_name("pocket-target") != _model_name("pocket-draft")

@@ -446,3 +446,22 @@ def test_a_live_processs_run_directory_is_not_swept(tmp_path):
     dead.mkdir()
     assert sweep_stale(tmp_path, "judgekit-sbx-run-") == [dead]
     assert live.is_dir() and not dead.exists()
+
+
+def test_removing_a_tree_never_changes_its_parents_mode(tmp_path):
+    """The clean-up chmods what it must inside the tree, never the tree's parent (the shared temp directory):
+    neither for a tree already removed by someone else nor for one with an unreadable directory inside."""
+    import stat
+
+    import judgekit.sandbox as sb
+
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(0o1777)
+    tree = parent / "judgekit-sbx-x"
+    (tree / "locked" / "deep").mkdir(parents=True)
+    (tree / "locked").chmod(0o000)
+    sb._remove_tree(str(tree))
+    assert not tree.exists()
+    sb._remove_tree(str(tree))  # gone already: nothing to do, and nothing else touched
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o1777

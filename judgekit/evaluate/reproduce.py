@@ -234,7 +234,8 @@ def findings_markdown(rows: list[dict], header: str = "") -> str:
 # ---- the stages ----------------------------------------------------------------------------------------
 def _sweep_points(sweeps: tuple[dict, ...], judges: list[str]):
     """EvalPoints of the config's sweeps (eval's config vocabulary); judge rules dropped without judges."""
-    from judgekit.evaluate.sweep import RULE_PARAM_KEYS, Sweep
+    from judgekit.decode.params import param_keys
+    from judgekit.evaluate.sweep import Sweep
 
     points = []
     aliases = {"rules": "rule", "seeds": "seeds", "judge_threshold": "judge_threshold"}
@@ -243,7 +244,7 @@ def _sweep_points(sweeps: tuple[dict, ...], judges: list[str]):
         rules = [r for r in s["rule"] if r != "judge" or judges]
         if not rules:
             continue
-        values = {k: list(s[k]) for k in RULE_PARAM_KEYS if k in s}
+        values = {k: list(s[k]) for k in param_keys() if k in s}
         sweep = Sweep(rules=rules, values=values, judges=judges if "judge" in rules else [],
                       temperatures=[float(s.get("temperature", 0.0))], block_sizes=[int(s.get("block_size", 8))],
                       seeds=[int(x) for x in s.get("seeds", [0])])

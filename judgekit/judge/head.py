@@ -494,8 +494,12 @@ def config_fingerprint(config: Any) -> str:
 
 
 def _model_name(name: str) -> str:
-    """A model's name without where it lives: `Org/Model`, `/models/Model` and `model/` all give `model`."""
-    return str(name).rstrip("/").rsplit("/", 1)[-1].lower()
+    """A model's name without where it lives: `Org/Model`, `/models/Model` and `model/` all give `model`; a
+    pocket alias (`pocket-target`) is the shipped directory it names."""
+    from judgekit.pocket import ALIASES, pocket_model_path
+
+    name = str(pocket_model_path(name)) if str(name) in ALIASES else str(name)
+    return name.rstrip("/").rsplit("/", 1)[-1].lower()
 
 
 def check_judge_matches(judge: TrainedJudge, target_hidden_size: int, target_name: str, *,

@@ -52,6 +52,22 @@ KIND = "judgekit.eval"
 PREFIX = "records"
 META_VERSION = b"judgekit.schema_version"
 META_KIND = b"judgekit.kind"
+# sha256 of a shard's values: the page checksums cover the data pages but not the footer, whose column offsets
+# a flipped bit can point at another column's pages; the digest catches that (and any other silent change).
+META_DIGEST = b"judgekit.content_sha256"
+
+
+def content_digest(table: pa.Table) -> str:
+    """sha256 over every column's name and values (as JSON): the same records give the same digest whatever
+    the file's layout."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for name in table.column_names:
+        h.update(name.encode() + b"\0")
+        h.update(json.dumps(table.column(name).to_pylist(), default=str).encode() + b"\0")
+    return h.hexdigest()
 # Settings that may change between a run and its resumption without changing what a record means.
 _RESUMABLE = frozenset({"limit"})
 
@@ -143,6 +159,9 @@ def _read_shard(path: Path) -> pa.Table:
         raise JudgekitError(f"{path}: not a judgekit eval shard of schema version {' or '.join(map(str, READABLE))}")
     expected = _SCHEMAS[int(version)]
     table = read_verified(path)
+    stored = (table.schema.metadata or {}).get(META_DIGEST)
+    if int(version) >= 3 and stored != content_digest(table).encode():
+        raise JudgekitError(f"{path}: corrupt shard (its values do not match the digest written with them)")
     got = [(f.name, f.type) for f in table.schema]
     if got != [(f.name, f.type) for f in expected]:
         raise JudgekitError(f"{path}: corrupt shard (columns {', '.join(f'{n}: {t}' for n, t in got)} are not the "
@@ -236,6 +255,7 @@ class RecordWriter:
         if not rows:
             return
         table = pa.Table.from_pylist([{**r, "rank": self.rank} for r in rows], schema=RECORD_SCHEMA)
+        table = table.replace_schema_metadata({**table.schema.metadata, META_DIGEST: content_digest(table).encode()})
         atomic_write_table(self.dir / shard_name(PREFIX, self.rank, self.seq), table, self.rank)
         self.seq += 1
 

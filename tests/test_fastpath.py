@@ -221,6 +221,20 @@ def test_greedy_path_equals_sampling_one_hot_rows_and_honours_limits(rule_name):
         assert (int(n1), int(t1)) == (int(n_r[b]), int(t_r[b]))
 
 
+def test_batch_one_steps_run_on_host_positions(pair, monkeypatch):
+    """At batch size 1 every forward (prefill, draft steps, verify) takes host positions: cache writes by
+    slicing and no mask for one-token steps (tensor positions there cost ~25 % of a pocket decode's CPU)."""
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=4, fast=True)
+    starts = []
+    for lm in dec._fast:
+        def spy(ids, start, *args, _impl=lm._impl):
+            starts.append(start)
+            return _impl(ids, start, *args)
+        monkeypatch.setattr(lm, "_impl", spy)
+    dec.generate_batch([_ids(pair, t) for t in PROMPTS[:2]], max_new_tokens=20, batch_size=1)
+    assert len(starts) > 10 and all(isinstance(s, int) for s in starts)
+
+
 def test_continuous_batching_refills_rows_and_keeps_outputs(pair):
     dec = SpeculativeDecoder(pair, make_rule("lossless"), block_size=3)
     prompts = [_ids(pair, t) for t in PROMPTS] * 2

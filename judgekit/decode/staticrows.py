@@ -79,7 +79,10 @@ class StaticRows:
         want = [r.slot for r in rows]
         layers = tuple(hidden_layers) or None
         cols = logit_cols
-        if B == 1 and not replay:  # a view of the row, host positions: writes by slicing
+        # One row (batch size 1, or a lone prefill): a view of it with host positions, so cache writes are
+        # slices and a one-token step needs no mask (tensor positions cost ~25 % of a batch-1 decode on CPU).
+        # Replayed graphs need the whole cache with tensor positions, so they keep the general forward.
+        if B == 1 and not (replay and self.graphs is not None):
             view = self.cache if len(self.slots) == 1 else self.cache.row_view(want[0])
             cols = None if cols is None else cols[0]
             logits, states = self.lm.forward(ids, int(starts[0]), view, need, logit_cols=cols, hidden_layer=layers)

@@ -87,3 +87,36 @@ def test_tree_refusals(tiny_pair):
         SpeculativeDecoder(tiny_pair, make_rule("lenience", delta=0.3), tree="2,1")
     with pytest.raises(JudgekitError, match="static-cache"):
         SpeculativeDecoder(tiny_pair, make_rule("lossless"), tree="2,1", fast=False)
+
+
+def test_generate_cli_with_a_tree(tiny_dirs, capsys):
+    import json
+
+    from judgekit.cli import main
+
+    target, draft = map(str, tiny_dirs)
+    base = ["generate", "--target", target, "--draft", draft, "--prompt", PROMPTS[0], "--device", "cpu",
+            "--max-new-tokens", "12", "--json"]
+    assert main(base) == 0
+    chain = json.loads(capsys.readouterr().out)
+    assert main(base + ["--tree", "2,2,1"]) == 0
+    tree = json.loads(capsys.readouterr().out)
+    assert tree["token_ids"] == chain["token_ids"]  # greedy lossless: the target's output either way
+    stats = tree["stats"]
+    assert max(i for i, c in enumerate(stats["accept_hist"]) if c) <= 3  # gamma = the tree's depth
+    assert 0 < stats["draft_calls"] <= 3 * stats["target_calls"]  # a step drafts at most its depth's levels
+    assert main(base + ["--tree", "2,x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("judgekit: error:") == 1 and "bad tree" in err and "Traceback" not in err
+
+
+def test_bench_decode_times_the_tree(capsys):
+    from judgekit.cli import main
+    from judgekit.pocket import POCKET_DIR
+
+    if not (POCKET_DIR / "pocket-target").exists():
+        pytest.skip("pocket models not trained")
+    rc = main(["bench", "decode", "--pair", "pocket", "--prompts", "2", "--max-new-tokens", "6", "--block-size", "2",
+               "--tree", "2,1", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "outputs identical: True" in out and "judgekit tree" in out and "tree 2,1" in out

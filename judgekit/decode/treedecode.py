@@ -29,12 +29,15 @@ from judgekit.decode.tree_verify import check_tree_rule, verify_tree
 from judgekit.errors import JudgekitError
 
 
-def draw_without_replacement(probs: Tensor, m: int, generators: Sequence[torch.Generator]) -> Tensor:
+def draw_without_replacement(probs: Tensor, m: int, generators: Sequence[torch.Generator | None]) -> Tensor:
     """[B, n, m] draws without replacement from each row of probs [B, n, V] (Gumbel top-m; row b's noise
-    from generators[b], so a sequence's draws do not depend on its batch)."""
+    from generators[b], so a sequence's draws do not depend on its batch; a None generator takes the top-m
+    without drawing: rows past their own limit keep their random stream that of batch 1)."""
     B, n, V = probs.shape
-    u = torch.stack([torch.rand(n, V, generator=g, device=probs.device) for g in generators])
-    gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)))
+    zeros = torch.zeros(n, V, device=probs.device)
+    u = torch.stack([zeros if g is None else -torch.log(-torch.log(
+        torch.rand(n, V, generator=g, device=probs.device).clamp_min(1e-20))) for g in generators])
+    gumbel = u
     return (probs.log() + gumbel).topk(m, -1).indices
 
 
@@ -74,7 +77,8 @@ class TreeDrafter:
     def retire(self, seq: SeqState) -> None:
         self.rows.release(seq.draft)
 
-    def _children(self, probs: Tensor, shape: Tensor, parents: tuple[int, int], seqs) -> tuple[Tensor, Tensor]:
+    def _children(self, probs: Tensor, shape: Tensor, parents: tuple[int, int], seqs, level: int
+                  ) -> tuple[Tensor, Tensor]:
         """The children of nodes parents[0]..parents[1]-1 from their rows [B, n, V]: (node indices, tokens)."""
         kids = self.tree.children[parents[0]: parents[1]]  # [n, W]
         valid = kids >= 0
@@ -82,23 +86,27 @@ class TreeDrafter:
         if self.sampling.greedy:
             picks = shape.topk(W, -1).indices  # the draft's most likely tokens, in rank order
         else:
-            picks = draw_without_replacement(probs, W, [s.generator for s in seqs])
+            picks = draw_without_replacement(probs, W, [s.generator if level <= s.limit else None for s in seqs])
         return kids[valid], picks[:, valid]
 
-    def propose_tree(self, seqs: Sequence[SeqState]) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def propose_tree(self, seqs: Sequence[SeqState], depth: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Node tokens [B, N+1] (the root = the last committed token), draft rows q [B, N+1, V] (sampled
-        siblings only: the law each node's children were drawn from) and draft shapes (if a rule reads them)."""
+        siblings only: the law each node's children were drawn from) and draft shapes (if a rule reads them).
+        Only the levels 1..``depth`` are drafted (``depth`` forwards): deeper nodes keep token 0 and are never
+        accepted (every row's limit is below them)."""
         dev, B, V, tr = _device(seqs), len(seqs), self.rows.vocab, self.tree
         rows = [s.draft for s in seqs]
-        ids, lengths = pad_ids([s.ids[s.d_len:] for s in seqs], dev)
-        logits, _ = self.rows.forward(rows, ids, [s.d_len for s in seqs], lengths, logit_cols=last_cols(lengths, dev))
         tokens = torch.zeros(B, tr.n, dtype=torch.long, device=dev)
         tokens[:, 0] = torch.tensor([s.ids[-1] for s in seqs], device=dev)
         keep_q = not self.sampling.greedy
         q = torch.zeros(B, tr.n, V, device=dev) if keep_q else None
         q_shape = torch.zeros(B, tr.n, V, device=dev) if self.need_shape else None
+        if depth == 0:
+            return tokens, q, q_shape
+        ids, lengths = pad_ids([s.ids[s.d_len:] for s in seqs], dev)
+        logits, _ = self.rows.forward(rows, ids, [s.d_len for s in seqs], lengths, logit_cols=last_cols(lengths, dev))
         root = torch.tensor([len(s.ids) - 1 for s in seqs])
-        for d in range(1, self.spec.depth + 1):
+        for d in range(1, depth + 1):
             lo, hi = self.levels[d - 1]
             probs, shape = to_probs(logits, self.sampling, self.need_shape)
             if shape is None:
@@ -107,9 +115,9 @@ class TreeDrafter:
                 q[:, lo:hi] = probs
             if q_shape is not None:
                 q_shape[:, lo:hi] = shape
-            nodes, toks = self._children(probs, shape, (lo, hi), seqs)
+            nodes, toks = self._children(probs, shape, (lo, hi), seqs, d)
             tokens[:, nodes] = toks
-            if d < self.spec.depth:  # leaves are never read by the draft
+            if d < depth:  # the last drafted level is never read by the draft
                 lo, hi = self.levels[d]
                 logits, _ = self.rows.forward(rows, tokens[:, lo:hi], root.tolist(),
                                               tree=(self.slot_of[lo:hi], tr.depth[lo:hi], tr.mask[lo:hi, :hi]))
@@ -121,7 +129,8 @@ class TreeDrafter:
         if not isinstance(target, StaticRows):
             raise JudgekitError("tree decoding runs on the static-cache backend (Llama / Qwen2 pairs) only")
         dev, tr = _device(seqs), self.tree
-        tokens, q, q_shape = self.propose_tree(seqs)
+        depth = min(k, self.spec.depth)
+        tokens, q, q_shape = self.propose_tree(seqs, depth)
         starts = [len(s.ids) - 1 for s in seqs]
         logits, _ = target.forward([s.target for s in seqs], tokens, starts, tree=(self.slot_of, tr.depth, tr.mask))
         p, p_shape = to_probs(logits, cfg.sampling, cfg.need_shape)
@@ -138,7 +147,8 @@ class TreeDrafter:
             emitted = row[2: 2 + n_acc] + [row[1]]
             s.ids.extend(emitted)
             s.t_len = base + n_acc
-            s.d_len = base + min(n_acc, self.spec.depth - 1)  # the draft read the nodes above the leaves
+            if depth > 0:  # the draft read the nodes above the last drafted level
+                s.d_len = base + min(n_acc, depth - 1)
             out.append(StepResult(n_acc, emitted))
         return out
 

@@ -114,9 +114,33 @@ def test_bench_decode_times_the_tree(capsys):
     from judgekit.cli import main
     from judgekit.pocket import POCKET_DIR
 
-    if not (POCKET_DIR / "pocket-target").exists():
+    if not (POCKET_DIR / "target" / "model.safetensors").exists():
         pytest.skip("pocket models not trained")
     rc = main(["bench", "decode", "--pair", "pocket", "--prompts", "2", "--max-new-tokens", "6", "--block-size", "2",
                "--tree", "2,1", "--threads", "1"])
     out = capsys.readouterr().out
     assert rc == 0 and "outputs identical: True" in out and "judgekit tree" in out and "tree 2,1" in out
+
+
+def test_greedy_children_are_the_drafts_top_tokens(tiny_pair):
+    """Every drafted node's children are the draft's top-m tokens after the node's path, in rank order
+    (ranked by the draft's softmax, not by a one-hot row)."""
+    from judgekit.decode.engine import SeqState
+    from judgekit.decode.staticrows import StaticRows
+    from judgekit.decode.treedecode import TreeDrafter
+
+    pair = tiny_pair
+    drafter = TreeDrafter(StaticRows(FastLM(pair.draft), pair.vocab_size), parse_tree("3,2,2"), SamplingConfig())
+    ids = _ids(pair, PROMPTS[1])
+    seq = SeqState(list(ids), torch.Generator().manual_seed(0), limit=3)
+    with torch.inference_mode():
+        drafter.admit([seq])
+        tokens, _, _ = drafter.propose_tree([seq], 3)
+        tr = drafter.tree
+        for node in range(tr.n):
+            kids = tr.children[node][tr.children[node] >= 0]
+            if len(kids) == 0:
+                continue
+            path = tr.ancestors[node][tr.ancestors[node] >= 0]
+            logits = pair.draft(torch.tensor([ids[:-1] + tokens[0, path].tolist()])).logits[0, -1]
+            assert tokens[0, kids].tolist() == logits.topk(len(kids)).indices.tolist()

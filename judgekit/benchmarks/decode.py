@@ -55,13 +55,14 @@ DECODERS = ("HF target-only", "HF assisted", "judgekit eager", "judgekit fast", 
 
 def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens: int, repeats: int = 1,
                      batch_size: int = 1, compile: bool = False, only: tuple[str, ...] | None = None,
-                     cuda_graphs: bool = False):
+                     cuda_graphs: bool = False, tree: str | None = None):
     """Time the greedy decoders on the same prompts, ``batch_size`` prompts at a time where the decoder can
     batch (HF target-only ``generate`` with left padding, in chunks; judgekit's fast path with continuous
     batching on either backend: "judgekit eager" is the transformers backend, "judgekit fast" the static cache;
     HF assisted generation decodes one prompt at a time).
     ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
-    output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only).
+    output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only);
+    ``tree`` (a `--tree` spec) adds the fast path drafting that static tree ("judgekit tree").
     Returns (timings, identical?)."""
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.decode.fastmodel import fast_unsupported
@@ -116,6 +117,10 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
         graphed = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=True, cuda_graphs=True)
         methods["judgekit graphs"] = lambda batch: [
             g.token_ids for g in graphed.generate_batch(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)]
+    if fast is not None and tree is not None:
+        treed = SpeculativeDecoder(pair, make_rule("lossless"), fast=True, compile=compile, tree=tree)
+        methods["judgekit tree"] = lambda batch: [
+            g.token_ids for g in treed.generate_batch(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)]
     if only is not None:
         methods = {k: v for k, v in methods.items() if k in only or k == "HF target-only"}
     with torch.inference_mode():
@@ -136,7 +141,8 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     from judgekit.decode.backends import held_bytes
 
     params = param_bytes(pair.target) + param_bytes(pair.draft)
-    for name, dec in (("judgekit eager", eager), ("judgekit fast", fast), ("judgekit graphs", fast)):
+    for name, dec in (("judgekit eager", eager), ("judgekit fast", fast), ("judgekit graphs", fast),
+                      ("judgekit tree", fast)):
         if name in timings and dec is not None:
             lms = dec._fast or (None, None)
             timings[name].held_bytes = held_bytes(pair.target, lms[0]) + held_bytes(pair.draft, lms[1])

@@ -58,10 +58,11 @@ def run_decode(args) -> int:
     if args.batch_size < 1:
         raise JudgekitError(f"--batch-size must be >= 1, got {args.batch_size}")
     timings, identical = run_decode_bench(pair, prompts, args.block_size, args.max_new_tokens, args.repeats,
-                                          args.batch_size, args.compile, cuda_graphs=args.cuda_graphs)
+                                          args.batch_size, args.compile, cuda_graphs=args.cuda_graphs,
+                                          tree=args.tree)
     title = (f"pair {pair.target_name} / {pair.draft_name} on {pair.device} ({str(pair.dtype).replace('torch.', '')}), "
              f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, batch size {args.batch_size}, "
-             f"max_new_tokens={args.max_new_tokens}")
+             f"max_new_tokens={args.max_new_tokens}" + (f", tree {args.tree}" if args.tree else ""))
     print(format_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical else 1
 
@@ -152,6 +153,8 @@ def register(sub) -> None:
     d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
     d.add_argument("--cuda-graphs", action="store_true",
                    help="also time the fast path with CUDA-graph replay of its decoding steps (CUDA only)")
+    d.add_argument("--tree", metavar="SPEC",
+                   help="also time the fast path drafting this static tree (2,2,1,1 or eagle; docs/design.md §2.1)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     d.set_defaults(func=run_decode)

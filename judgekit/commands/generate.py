@@ -39,6 +39,10 @@ def run(args) -> int:
 
     check_args(args, C.DECODING)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    if args.tree:
+        from judgekit.decode.tree import parse_tree
+
+        parse_tree(args.tree)  # a bad spec fails before the models load
     rule = build_rule(args)  # validate the rule's parameters (and load the judge) before loading models
     pair = load_model_pair(args.target, args.draft, args.device, args.dtype, **loading_options(args))
     longest = max(len(encode_prompt(pair.tokenizer, format_prompt(pair.tokenizer, text, args.chat_template)))
@@ -46,7 +50,7 @@ def run(args) -> int:
     C.check_positions(pair, args.max_new_tokens, longest)
     rule = bind_rule(rule, pair)
     # The decoder reads the judge's layer and features from the judge's own config.
-    decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling)
+    decoder = SpeculativeDecoder(pair, rule, args.block_size, sampling, tree=args.tree)
     gens = decoder.generate(args.prompt, args.max_new_tokens, tuple(args.stop or ()), args.seed,
                             chat_template=args.chat_template)
     if args.json:
@@ -70,5 +74,8 @@ def register(sub) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     add_rule_args(p)
     add_sampling_args(p)
+    p.add_argument("--tree", metavar="SPEC",
+                   help="draft a static tree per step instead of a chain: per-depth branching (2,2,1,1) or "
+                        "eagle; its depth replaces --block-size (static-cache backend; docs/design.md §2.1)")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list for several prompts)")
     p.set_defaults(func=run)

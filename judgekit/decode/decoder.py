@@ -18,6 +18,8 @@ from judgekit.decode.engine import ModelDrafter, StepConfig
 from judgekit.decode.generation import Generation, eos_ids
 from judgekit.decode.rules import Rule
 from judgekit.decode.sampling import SamplingConfig
+from judgekit.decode.tree import TreeSpec, parse_tree
+from judgekit.decode.treedecode import TreeDrafter, check_tree_decoding
 from judgekit.errors import JudgekitError
 from judgekit.models import ModelPair, encode_prompt, format_prompt
 
@@ -36,7 +38,8 @@ class SpeculativeDecoder:
 
     def __init__(self, pair: ModelPair, rule: Rule, block_size: int = 8,
                  sampling: SamplingConfig | None = None, hidden_layer: int | None = None,
-                 fast: bool | str = "auto", compile: bool = False, cuda_graphs: bool = False):
+                 fast: bool | str = "auto", compile: bool = False, cuda_graphs: bool = False,
+                 tree: str | TreeSpec | None = None):
         if block_size < 1:
             raise JudgekitError(f"block size must be >= 1, got {block_size}")
         self.pair = pair
@@ -48,7 +51,14 @@ class SpeculativeDecoder:
         self.hidden_layer, self.need_draft_hidden = judge_features(rule, hidden_layer)
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)
+        # A draft tree (docs/design.md §2.1) replaces the chain drafter; its depth is the block size.
+        self.tree = parse_tree(tree) if isinstance(tree, str) else tree
+        if self.tree is not None:
+            check_tree_decoding(rule, rule.needs_hidden)
+            self.gamma = self.tree.depth
         self._fast = fast_models(pair, fast, compile)
+        if self.tree is not None and self._fast is None:
+            raise JudgekitError("tree decoding runs on the static-cache backend (Llama / Qwen2 pairs) only")
         self.graphs = None  # (target, draft) GraphedLM replaying the static backend's decoding steps
         if cuda_graphs:
             if compile:
@@ -89,9 +99,13 @@ class SpeculativeDecoder:
             raise JudgekitError("a prompt has zero tokens")
         seeds = list(seeds) if seeds is not None else list(range(len(prompt_ids)))
         names = list(prompts) if prompts is not None else [""] * len(prompt_ids)
-        target, draft = self._rows(max(len(p) for p in prompt_ids) + max_new_tokens + self.gamma + 2)
-        drafter = ModelDrafter(draft, self.sampling, self.need_shape, self.need_draft_hidden,
-                               int(self.pair.draft.config.hidden_size))
+        target, draft = self._rows(max(len(p) for p in prompt_ids) + max_new_tokens + self.gamma + 2
+                                 + (self.tree.n_nodes if self.tree is not None else 0))
+        if self.tree is not None:
+            drafter = TreeDrafter(draft, self.tree, self.sampling, self.need_shape)
+        else:
+            drafter = ModelDrafter(draft, self.sampling, self.need_shape, self.need_draft_hidden,
+                                   int(self.pair.draft.config.hidden_size))
         cfg = StepConfig(self.rule, self.sampling, self.hidden_layer if self.rule.needs_hidden else None,
                          self.need_shape)
         with torch.inference_mode():

@@ -163,6 +163,9 @@ def speculative_step(cfg: StepConfig, target: KVRows, drafter: Drafter, seqs: Se
                      k: int) -> list[StepResult]:
     """One speculative step for ``seqs`` (each with its ``limit`` <= k set): draft, verify with one target
     forward, apply the rule to the batch, sync once, and move every row to its kept length."""
+    own = getattr(drafter, "step", None)
+    if own is not None:  # a drafter with its own verify form: a draft tree (judgekit.decode.treedecode)
+        return own(cfg, target, seqs, k)
     dev = _device(seqs)
     proposal = drafter.propose(seqs, k)
     x = proposal.tokens

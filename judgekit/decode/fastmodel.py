@@ -217,7 +217,8 @@ class FastLM:
 
     def forward(self, ids: Tensor, start: Tensor | int, cache: StaticCache, kv_len: int, *,
                 logit_cols: Tensor | None = None, hidden_layer: int | tuple[int, ...] | None = None,
-                cache_rows: Tensor | None = None) -> tuple[Tensor, Tensor | tuple[Tensor, ...] | None]:
+                cache_rows: Tensor | None = None, tree: tuple[Tensor, Tensor, Tensor] | None = None
+                ) -> tuple[Tensor, Tensor | tuple[Tensor, ...] | None]:
         """Feed ``ids`` [B, T] to row b at positions start[b] + 0..T-1; return logits [B, C, V] at the columns
         ``logit_cols`` (all T if None) and, if asked, the hidden state [B, T, H] of ``hidden_layer`` (a tuple of
         layers gives a tuple of states).
@@ -226,15 +227,20 @@ class FastLM:
         cache is written by slicing and, for one new token, attention needs no mask). ``kv_len`` (a host
         int >= max(start) + T) bounds the cache slots attention reads. ``cache_rows`` [B] (with a tensor
         ``start``) runs the batch on those rows of a larger cache (the miner feeds a subset of its problems).
+        ``tree`` (with a tensor ``start``) = (slots [T], positions [T], mask [T, W]), offsets from start: column
+        c is written to slot start + slots[c] at RoPE position start + positions[c] and sees the slots before
+        start plus the slots start + j with mask[c, j] (a draft tree, :mod:`judgekit.decode.treedecode`).
         """
         layers = hidden_layer if isinstance(hidden_layer, tuple) else (hidden_layer,)
         layers = tuple(None if h is None else h + self.n_layers + 1 if h < 0 else h for h in layers)
-        logits, states = self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, layers, cache_rows)
+        logits, states = self._impl(ids, start, cache.keys, cache.values, kv_len, logit_cols, layers, cache_rows,
+                                   tree)
         if isinstance(hidden_layer, tuple):
             return logits, states
         return logits, states[0]
 
-    def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, layers: tuple, cache_rows=None):
+    def _forward(self, ids, start, keys, values, kv_len: int, logit_cols, layers: tuple, cache_rows=None,
+                 tree=None):
         B, T = ids.shape
         uniform = isinstance(start, int)
         if uniform:
@@ -244,6 +250,16 @@ class FastLM:
             else:
                 pos = start + torch.arange(T, device=ids.device)
                 mask = torch.arange(kv_len, device=ids.device)[None, :] <= pos[:, None]
+        elif tree is not None:  # tree columns: write slots, RoPE positions and visibility are given apart
+            slot_off, pos_off, tmask = tree
+            pos = start[:, None] + slot_off[None]  # [B, T] the slots written
+            rope = start[:, None] + pos_off[None]
+            cos, sin = self._cos[rope].unsqueeze(2), self._sin_signed[rope].unsqueeze(2)
+            rel = torch.arange(kv_len, device=ids.device)[None, None, :] - start[:, None, None]  # [B, 1, kv]
+            W = tmask.shape[1]
+            seen = tmask.expand(B, T, W).gather(2, rel.clamp(0, W - 1).expand(B, T, kv_len))
+            mask = ((rel < 0) | ((rel < W) & seen)).unsqueeze(1)
+            rows = (torch.arange(B, device=ids.device) if cache_rows is None else cache_rows)[:, None]
         else:
             pos = start[:, None] + torch.arange(T, device=ids.device)  # [B, T]
             cos, sin = self._cos[pos].unsqueeze(2), self._sin_signed[pos].unsqueeze(2)  # [B, T, 1, D]

@@ -64,11 +64,14 @@ class StaticRows:
 
     @torch.inference_mode()
     def forward(self, rows: Sequence[Row], ids: Tensor, starts: Sequence[int], lengths: Sequence[int] | None = None,
-                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False
-                ) -> tuple[Tensor, tuple[Tensor, ...]]:
+                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False,
+                tree: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The protocol's forward; ``tree`` (slots, positions, mask offsets: :meth:`FastLM.forward`) feeds
+        draft-tree columns, never through a CUDA graph."""
         B, T = ids.shape
         dev = self.lm.device
-        need = max(starts) + T  # padded columns write (never read) slots up to here
+        need = max(starts) + (T if tree is None else max(T, int(tree[2].shape[1])))  # padded columns write
+        # (never read) slots up to here
         if self.cache is None:
             self.cache = self.lm.new_cache(len(self.slots), max(self.max_len, need))
         elif need > self.cache.max_len:
@@ -81,19 +84,20 @@ class StaticRows:
         cols = logit_cols
         # One row (batch size 1, or a lone prefill): a view of it with host positions, so cache writes are
         # slices and a one-token step needs no mask (tensor positions cost ~25 % of a batch-1 decode on CPU).
-        # Replayed graphs need the whole cache with tensor positions, so they keep the general forward.
-        if B == 1 and not (replay and self.graphs is not None):
+        # Replayed graphs need the whole cache with tensor positions, so they keep the general forward; so does a
+        # tree (its nodes' slots and positions differ).
+        if B == 1 and not (replay and self.graphs is not None) and tree is None:
             view = self.cache if len(self.slots) == 1 else self.cache.row_view(want[0])
             cols = None if cols is None else cols[0]
             logits, states = self.lm.forward(ids, int(starts[0]), view, need, logit_cols=cols, hidden_layer=layers)
         else:
             start = torch.tensor(list(starts), dtype=torch.long, device=dev)
             everyone = want == list(range(len(self.slots)))
-            if replay and everyone and self.graphs is not None and len(hidden_layers) <= 1:
+            if replay and everyone and self.graphs is not None and len(hidden_layers) <= 1 and tree is None:
                 logits, state = self.graphs.forward(ids, start, self.cache, need, logit_cols=cols,
                                                     hidden_layer=hidden_layers[0] if hidden_layers else None)
                 return logits[..., : self.vocab], (state,) if hidden_layers else ()
             cache_rows = None if everyone else torch.tensor(want, dtype=torch.long, device=dev)
             logits, states = self.lm.forward(ids, start, self.cache, need, logit_cols=cols, hidden_layer=layers,
-                                             cache_rows=cache_rows)
+                                             cache_rows=cache_rows, tree=tree)
         return logits[..., : self.vocab], tuple(states) if layers else ()

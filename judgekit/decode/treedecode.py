@@ -1,0 +1,160 @@
+"""Tree (multi-draft) decoding on the static-cache backend: a drafter that expands a static tree shape with the
+draft model and verifies it with one target forward (docs/design.md §2.1, "Decoding with a tree").
+
+Per step, for B sequences at once: the draft reads its unread committed tokens (the root's row), then one
+forward per tree level (all that level's nodes, tree-masked: each sees the committed prefix, its ancestors and
+itself), and picks every node's children from its row — greedy: the top-m tokens of the draft's softmax;
+sampled: m draws without replacement (Gumbel top-m, which tolerates rows with fewer than m tokens of support:
+such a draw has q = 0 and :func:`verify_tree` drops it). The target reads ``[last committed token, nodes]`` in
+one tree-masked forward (node i at slot start + i, RoPE position start + depth i), :func:`verify_tree`
+decides the whole batch, and one host sync reads the paths. The accepted path is committed by *gathering*
+its K/V entries into consecutive slots (their RoPE positions already equal their final positions, so this is
+exact and cheaper than re-feeding the path); later slots are cropped by the next forward's start.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from judgekit.decode.engine import SeqState, StepConfig, StepResult, _device, prefill
+from judgekit.decode.rows import last_cols, pad_ids
+from judgekit.decode.rules import RuleContext
+from judgekit.decode.sampling import SamplingConfig, to_probs
+from judgekit.decode.staticrows import StaticRows
+from judgekit.decode.tree import TreeSpec
+from judgekit.decode.tree_verify import check_tree_rule, verify_tree
+from judgekit.errors import JudgekitError
+
+
+def draw_without_replacement(probs: Tensor, m: int, generators: Sequence[torch.Generator | None]) -> Tensor:
+    """[B, n, m] draws without replacement from each row of probs [B, n, V] (Gumbel top-m; row b's noise
+    from generators[b], so a sequence's draws do not depend on its batch; a None generator takes the top-m
+    without drawing: rows past their own limit keep their random stream that of batch 1)."""
+    B, n, V = probs.shape
+    zeros = torch.zeros(n, V, device=probs.device)
+    u = torch.stack([zeros if g is None else -torch.log(-torch.log(
+        torch.rand(n, V, generator=g, device=probs.device).clamp_min(1e-20))) for g in generators])
+    gumbel = u
+    return (probs.log() + gumbel).topk(m, -1).indices
+
+
+def gather_path(rows: StaticRows, slots: Sequence[int], starts: Tensor, path: Tensor) -> None:
+    """Move each row's accepted path (node indices [B, D+1], -1 after the path) from slots start + node to
+    start + 0 .. : one gather and one scatter per layer, on the device (pads copy a slot onto itself)."""
+    cache = rows.cache
+    idx = torch.arange(path.shape[1], device=path.device).expand_as(path)
+    src = starts[:, None] + torch.where(path >= 0, path, idx)
+    dst = starts[:, None] + idx
+    r = torch.tensor(list(slots), dtype=torch.long, device=path.device)[:, None]
+    for t in cache.keys + cache.values:
+        t[r, :, dst] = t[r, :, src]
+
+
+class TreeDrafter:
+    """Drafts a static tree per step with the draft model on its own static rows and verifies it itself
+    (:func:`judgekit.decode.engine.speculative_step` hands it the step)."""
+
+    def __init__(self, rows: StaticRows, spec: TreeSpec, sampling: SamplingConfig, need_shape: bool = False):
+        if not isinstance(rows, StaticRows):
+            raise JudgekitError("tree decoding runs on the static-cache backend (Llama / Qwen2 pairs) only")
+        self.rows, self.spec, self.sampling, self.need_shape = rows, spec, sampling, need_shape
+        self.tree = spec.tensors(rows.device)
+        dev = rows.device
+        depth = self.tree.depth
+        # each level's nodes are a contiguous index range (parents precede children)
+        self.levels = [(int((depth < d).sum()), int((depth <= d).sum())) for d in range(spec.depth + 1)]
+        self.slot_of = torch.arange(self.tree.n, device=dev)
+
+    def admit(self, seqs: Sequence[SeqState]) -> None:
+        for s in seqs:
+            s.draft = self.rows.acquire()
+            s.d_len = len(s.ids) - 1
+        prefill(self.rows, lambda s: s.draft, seqs)
+
+    def retire(self, seq: SeqState) -> None:
+        self.rows.release(seq.draft)
+
+    def _children(self, probs: Tensor, shape: Tensor, parents: tuple[int, int], seqs, level: int
+                  ) -> tuple[Tensor, Tensor]:
+        """The children of nodes parents[0]..parents[1]-1 from their rows [B, n, V]: (node indices, tokens)."""
+        kids = self.tree.children[parents[0]: parents[1]]  # [n, W]
+        valid = kids >= 0
+        W = kids.shape[1]
+        if self.sampling.greedy:
+            picks = shape.topk(W, -1).indices  # the draft's most likely tokens, in rank order
+        else:
+            picks = draw_without_replacement(probs, W, [s.generator if level <= s.limit else None for s in seqs])
+        return kids[valid], picks[:, valid]
+
+    def propose_tree(self, seqs: Sequence[SeqState], depth: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Node tokens [B, N+1] (the root = the last committed token), draft rows q [B, N+1, V] (sampled
+        siblings only: the law each node's children were drawn from) and draft shapes (if a rule reads them).
+        Only the levels 1..``depth`` are drafted (``depth`` forwards): deeper nodes keep token 0 and are never
+        accepted (every row's limit is below them)."""
+        dev, B, V, tr = _device(seqs), len(seqs), self.rows.vocab, self.tree
+        rows = [s.draft for s in seqs]
+        tokens = torch.zeros(B, tr.n, dtype=torch.long, device=dev)
+        tokens[:, 0] = torch.tensor([s.ids[-1] for s in seqs], device=dev)
+        keep_q = not self.sampling.greedy
+        q = torch.zeros(B, tr.n, V, device=dev) if keep_q else None
+        q_shape = torch.zeros(B, tr.n, V, device=dev) if self.need_shape else None
+        if depth == 0:
+            return tokens, q, q_shape
+        ids, lengths = pad_ids([s.ids[s.d_len:] for s in seqs], dev)
+        logits, _ = self.rows.forward(rows, ids, [s.d_len for s in seqs], lengths, logit_cols=last_cols(lengths, dev))
+        root = torch.tensor([len(s.ids) - 1 for s in seqs])
+        for d in range(1, depth + 1):
+            lo, hi = self.levels[d - 1]
+            probs, shape = to_probs(logits, self.sampling, self.need_shape)
+            if shape is None:
+                shape = torch.softmax(logits.float(), -1) if self.sampling.greedy else probs
+            if keep_q:
+                q[:, lo:hi] = probs
+            if q_shape is not None:
+                q_shape[:, lo:hi] = shape
+            nodes, toks = self._children(probs, shape, (lo, hi), seqs, d)
+            tokens[:, nodes] = toks
+            if d < depth:  # the last drafted level is never read by the draft
+                lo, hi = self.levels[d]
+                logits, _ = self.rows.forward(rows, tokens[:, lo:hi], root.tolist(),
+                                              tree=(self.slot_of[lo:hi], tr.depth[lo:hi], tr.mask[lo:hi, :hi]))
+        return tokens, q, q_shape
+
+    def step(self, cfg: StepConfig, target, seqs: Sequence[SeqState], k: int) -> list[StepResult]:
+        """One tree step (``k``, the driver's block, is the largest row limit; each row's own ``limit`` caps
+        its accepted depth)."""
+        if not isinstance(target, StaticRows):
+            raise JudgekitError("tree decoding runs on the static-cache backend (Llama / Qwen2 pairs) only")
+        dev, tr = _device(seqs), self.tree
+        depth = min(k, self.spec.depth)
+        tokens, q, q_shape = self.propose_tree(seqs, depth)
+        starts = [len(s.ids) - 1 for s in seqs]
+        logits, _ = target.forward([s.target for s in seqs], tokens, starts, tree=(self.slot_of, tr.depth, tr.mask))
+        p, p_shape = to_probs(logits, cfg.sampling, cfg.need_shape)
+        res = verify_tree(cfg.rule, tr, tokens, p, RuleContext(p_shape, q_shape, None), q=q,
+                          proposal="topk" if cfg.sampling.greedy else "sample", limit=[s.limit for s in seqs],
+                          greedy=cfg.sampling.greedy, generator=[s.generator for s in seqs])
+        start = torch.tensor(starts, dtype=torch.long, device=dev)
+        gather_path(target, [s.target.slot for s in seqs], start, res.path)
+        gather_path(self.rows, [s.draft.slot for s in seqs], start, res.path)
+        host = torch.cat([res.length[:, None], res.next_token[:, None], res.tokens], 1).tolist()  # the one sync
+        out = []
+        for s, row in zip(seqs, host):
+            n_acc, base = row[0], len(s.ids)
+            emitted = row[2: 2 + n_acc] + [row[1]]
+            s.ids.extend(emitted)
+            s.t_len = base + n_acc
+            if depth > 0:  # the draft read the nodes above the last drafted level
+                s.d_len = base + min(n_acc, depth - 1)
+            out.append(StepResult(n_acc, emitted))
+        return out
+
+
+def check_tree_decoding(rule, need_hidden: bool) -> None:
+    """The rules a tree step can run: a tree form (verify_tree's), and no judge features yet."""
+    check_tree_rule(rule)
+    if need_hidden:
+        raise JudgekitError("tree decoding with a judge is not wired yet (it needs hidden states per node)")

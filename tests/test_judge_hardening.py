@@ -409,6 +409,24 @@ def test_an_interrupted_run_refuses_without_resume_and_resumes_to_the_same_judge
     assert again.config["weights_sha256"] == load_judge(tmp_path / "cut").config["weights_sha256"]
 
 
+def test_a_run_killed_while_writing_run_json_resumes_but_one_with_a_checkpoint_is_refused(tmp_path):
+    from judgekit.judge.train import prepare_work
+
+    out = tmp_path / "j"
+    work = work_dir(out)
+    work.mkdir()
+    (work / "run.json").write_text("")  # killed between creating the file and writing it
+    with pytest.raises(JudgekitError, match="pass --resume"):
+        prepare_work(out, "k", resume=False, force=False)
+    assert prepare_work(out, "k", resume=True, force=False) == (work, False)  # nothing to lose: starts over
+    assert json.loads((work / "run.json").read_text())["key"] == "k"
+    (work / "run.json").write_text("")
+    (work / "checkpoints").mkdir()
+    (work / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    with pytest.raises(JudgekitError, match="other settings or data"):  # a checkpoint of unknown settings
+        prepare_work(out, "k", resume=True, force=False)
+
+
 def _train_cmd(d: Path, out: Path) -> list[str]:
     return ["train", "--data", str(d), "--out", str(out), "--max-epochs", "60", "--patience", "60",
             "--batch-size", "16", *TRAIN]

@@ -44,6 +44,7 @@ from judgekit.judge import data as jd
 from judgekit.errors import JudgekitError
 from judgekit.judge.head import CONFIG_NAME, JUDGE_SCHEMA_VERSION, HeadNet, judge_from_module, output_kind
 from judgekit.stale import pid_alive
+from judgekit.store.atomic import atomic_write_bytes
 from judgekit.judge.metrics import format_metrics, judge_metrics, thresholds
 from judgekit.provenance import provenance
 
@@ -420,7 +421,7 @@ def prepare_work(out: Path, key: str, *, resume: bool, force: bool) -> tuple[Pat
         elif not resume:
             raise JudgekitError(f"an interrupted training run for {out} is in {work}; pass --resume to continue it "
                                 "or --force to start over")
-        elif run.get("key") != key:
+        elif run.get("key") != key and (run or (work / "checkpoints" / "last.ckpt").is_file()):
             raise JudgekitError(f"the interrupted run in {work} was started with other settings or data; pass "
                                 "--force to discard it and start over")
     if kind == "judge" and not force:
@@ -431,8 +432,9 @@ def prepare_work(out: Path, key: str, *, resume: bool, force: bool) -> tuple[Pat
     resuming = resume and (work / "checkpoints" / "last.ckpt").is_file()
     try:
         work.mkdir(parents=True, exist_ok=True)
-        (work / "run.json").write_text(json.dumps({"key": key, "pid": os.getpid(),
-                                                   "force": bool(force or run.get("force"))}) + "\n")
+        # atomic: a kill while it is written must not leave an empty run.json that reads as other settings
+        atomic_write_bytes(run_file, (json.dumps({"key": key, "pid": os.getpid(),
+                                                  "force": bool(force or run.get("force"))}) + "\n").encode())
     except OSError as err:
         raise JudgekitError(f"cannot write --out {out}: {err.strerror or err}") from None
     return work, resuming

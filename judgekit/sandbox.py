@@ -596,32 +596,38 @@ _run_lock = threading.Lock()
 _run_dir: tuple[int, str] | None = None  # (owner pid, path): a forked child makes its own
 _reapers: list[tuple[subprocess.Popen, int]] = []  # kept for the process's lifetime (and their pipe ends)
 
+# rmtree that also copes with directories the program made unreadable (chmod 000). Kept as source text
+# because the dependency-free reaper runs it in a bare interpreter; this process execs the same text.
+_REMOVE_TREE = r"""
+import os, shutil
+def remove_tree(path):
+    def fix(func, p, _exc):
+        # Never touch what lies outside the tree (the root's parent is the shared temp directory), nor a path
+        # that is gone (the caller's exit handler may have removed the tree first).
+        if not os.path.lexists(p):
+            return
+        try:
+            if os.path.abspath(p) != os.path.abspath(path):
+                os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+    for _ in range(5):
+        shutil.rmtree(path, onerror=fix)
+        if not os.path.exists(path):
+            break
+"""
 # The reaper: waits until its pipe from the caller closes (the caller exited or was killed: the kernel closes
 # the pipe either way), then removes the caller's run directory. Dependency-free, like the launcher.
-_REAPER = r"""
-import os, shutil, sys
-path = sys.argv[1]
+_REAPER = _REMOVE_TREE + r"""
+import sys
 try:
     while os.read(0, 4096):
         pass
 except OSError:
     pass
-def fix(func, p, _exc):
-    # Never touch what lies outside the tree (the root's parent is the shared temp directory), nor a path
-    # that is gone (the caller's exit handler may have removed the tree first).
-    if not os.path.lexists(p):
-        return
-    try:
-        if os.path.abspath(p) != os.path.abspath(path):
-            os.chmod(os.path.dirname(p), 0o700)
-        os.chmod(p, 0o700)
-        func(p)
-    except OSError:
-        pass
-for _ in range(5):
-    shutil.rmtree(path, onerror=fix)
-    if not os.path.exists(path):
-        break
+remove_tree(sys.argv[1])
 """
 
 
@@ -745,23 +751,9 @@ def run_program(code: str, stdin: str | None = None, limits: SandboxLimits | Non
         _remove_tree(workdir)
 
 
-def _remove_tree(path: str) -> None:
-    """rmtree that also copes with directories the program made unreadable (chmod 000)."""
-    def fix(func, p, _exc):  # noqa: ANN001
-        # Never chmod outside the tree (the root's parent is the shared temp directory) or a path already gone.
-        if not os.path.lexists(p):
-            return
-        try:
-            if os.path.abspath(p) != os.path.abspath(path):
-                os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=fix)
-    if os.path.exists(path):
-        shutil.rmtree(path, ignore_errors=True)
+_tree_namespace: dict = {}
+exec(_REMOVE_TREE, _tree_namespace)  # noqa: S102 - judgekit's own constant source, shared with the reaper
+_remove_tree = _tree_namespace["remove_tree"]
 
 
 def default_workers() -> int:

@@ -42,6 +42,8 @@ from judgekit.store.shards import (  # noqa: F401 - DirLock, DirectoryBusy, LOCK
     DECODE_ERRORS,
     KIND_FILES,
     LOCK,
+    META_KIND,
+    META_VERSION,
     MINED,
     DirectoryBusy,
     DirLock,
@@ -64,8 +66,6 @@ SCHEMA_VERSION = 1
 MANIFEST = KIND_FILES[MINED]
 MISMATCHES = "mismatches"
 PROBLEMS = "problems"
-META_VERSION = b"judgekit.schema_version"
-META_KIND = b"judgekit.kind"
 META_RUN = b"judgekit.run"
 META_SESSION = b"judgekit.session"  # writer commits: {"id", "rank", "elapsed"} (seconds since the run started)
 META_COMPACT = b"judgekit.compact"  # compaction markers: {"parts", "replaces", "sessions", "compact_s"}

@@ -25,10 +25,13 @@ from typing import Any
 import pyarrow as pa
 
 from judgekit.errors import JudgekitError
+from judgekit.provenance import provenance
 from judgekit.store.atomic import atomic_write_table
 from judgekit.store.shards import (
     EVAL,
     KIND_FILES,
+    META_KIND,
+    META_VERSION,
     WriterLock,
     clean_temps,
     list_rank_shards,
@@ -47,11 +50,8 @@ from judgekit.store.shards import (
 SCHEMA_VERSION = 3
 READABLE = (1, 2, 3)  # version 1 directories are still read (summaries, plots), never resumed
 MANIFEST = KIND_FILES[EVAL]
-from judgekit.provenance import provenance
 KIND = "judgekit.eval"
 PREFIX = "records"
-META_VERSION = b"judgekit.schema_version"
-META_KIND = b"judgekit.kind"
 # sha256 of a shard's values: the page checksums cover the data pages but not the footer, whose column offsets
 # a flipped bit can point at another column's pages; the digest catches that (and any other silent change).
 META_DIGEST = b"judgekit.content_sha256"

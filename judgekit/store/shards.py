@@ -47,6 +47,9 @@ _KIND_WORDS = {MINED: "a mining directory (`judgekit mine`)", EVAL: "an evaluati
                JUDGE: "a judge directory (`judgekit train`)"}
 # What pyarrow raises on a damaged file: its own errors, OSError (checksums), and Python's own errors when a
 # damaged footer decodes to invalid UTF-8 names or impossible values.
+# Every shard's Parquet metadata names its schema version and what kind of rows it holds.
+META_VERSION = b"judgekit.schema_version"
+META_KIND = b"judgekit.kind"
 DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError)
 _RANK_SHARD_RE = re.compile(r"^([a-z_]+)-r(\d{3,})-(\d{6,})\.parquet$")
 

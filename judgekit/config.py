@@ -178,19 +178,20 @@ def _action_setting(action: argparse.Action) -> Setting:
     return Setting(action.dest, kind, many=many, choices=tuple(action.choices) if action.choices else None)
 
 
-def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, path: str | Path) -> argparse.Namespace:
-    """``args`` with the file's settings filled in where the command line left the parser's default.
+def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, path: str | Path,
+                 given: set[str] | None = None) -> argparse.Namespace:
+    """``args`` with the file's settings filled in where the command line did not set them.
 
     Keys are the parser's destinations (``max_new_tokens``, ``flush_every``), checked against the flags' types
-    and choices. A flag given on the command line with its default value cannot be told from one not given:
-    the file's value holds there (argparse does not record which flags were given)."""
+    and choices. `given`: the destinations the command line named (a flag given with its default value still
+    wins over the file); without it, a value equal to the parser's default counts as not given."""
     actions = {a.dest: a for a in parser._actions
                if a.dest not in ("help", "config", argparse.SUPPRESS) and a.option_strings}
     settings = [_action_setting(a) for a in actions.values()]
     values = check_table(read_config(path), settings, f"config {path}")
     for key, value in values.items():
         action = actions[key]
-        if getattr(args, key) == action.default:
+        if (key not in given) if given is not None else getattr(args, key) == action.default:
             setattr(args, key, value)
     return args
 

@@ -192,6 +192,11 @@ def test_generate_passes_each_parameter_to_its_rule():
      {"max_new_tokens": 128, "batch_size": 3, "layers": "-1,12", "draft_features": True, "split": None}),
     (["train", "--data", "a", "--out", "o", "--lr", "0.5"], 'head = "mlp"\nlr = 0.1\nmax_epochs = 7\nmix = "9:1"\n',
      {"head": "mlp", "lr": 0.5, "max_epochs": 7, "mix": "9:1", "patience": 10}),
+    # a flag given with its default value still wins over the file
+    (["mine", "--task", "t", "--target", "t", "--draft", "d", "--out", "o", "--batch-size", "1"],
+     "batch_size = 5\nmax_new_tokens = 64\n", {"batch_size": 1, "max_new_tokens": 64}),
+    (["train", "--data", "a", "--out", "o", "--lr", "0.01", "--patience", "10"], "lr = 0.1\npatience = 3\n",
+     {"lr": 0.01, "patience": 10}),
 ])
 def test_mine_and_train_read_a_config_file_under_the_command_line(argv, body, expected, tmp_path):
     from judgekit.commands._args import with_config

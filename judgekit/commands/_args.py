@@ -156,12 +156,32 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML or YAML file of this command's settings (underscored flag names); "
                                     "flags given on the command line override it")
     p.set_defaults(config_parser=p)
+    _record_given_flags(p)
+
+
+_UNSET = object()
+
+
+def _record_given_flags(p: argparse.ArgumentParser) -> None:
+    """Make `p` record which destinations its command line set (``args.config_given``): argparse cannot tell a
+    flag given with its default value from one not given, so a second parse into a namespace pre-filled with a
+    sentinel (argparse fills in only what a namespace lacks) shows which flags the line named."""
+    parse = p.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        ns, extras = parse(args, namespace)
+        probe = argparse.Namespace(**{a.dest: _UNSET for a in p._actions if a.dest != argparse.SUPPRESS})
+        parse(args, probe)
+        ns.config_given = {k for k, v in vars(probe).items() if v is not _UNSET}
+        return ns, extras
+
+    p.parse_known_args = parse_known_args
 
 
 def with_config(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with its --config file applied (see add_config_arg); unchanged without one."""
     if getattr(args, "config", None):
-        C.apply_config(args.config_parser, args, args.config)
+        C.apply_config(args.config_parser, args, args.config, getattr(args, "config_given", None))
     return args
 
 

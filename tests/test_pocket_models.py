@@ -287,8 +287,8 @@ def hard_run():
 @hard_shipped
 def test_hard_pair_loads_by_alias_and_keeps_its_bounds_on_a_fixed_sample(hard_run):
     """The issue's bounds on the fixed sample: target accuracy 55-80 %, lossless greedy BE 3-5.5 at gamma 8, and
-    the draft's wrong tokens mostly inside the target's min-p 0.1 set at T = 1 (the data card has them measured
-    on 500 problems; the values on this sample are in the comments)."""
+    the draft's wrong tokens mostly inside the target's min-p 0.1 and eta sets at T = 1 (data/pocket/README.md;
+    a pair outside them, such as the step-600 checkpoint there at 8 % on this sample, fails)."""
     from judgekit.pocket.evaluate import allowed_share, draft_argmax
 
     pair, task, problems, prompts, responses = hard_run

@@ -236,3 +236,35 @@ def test_greedy_judge_on_a_tree_equals_the_node_by_node_reference(tiny_pair, fas
         assert m > 0 and gen.token_ids[:m] == ref[:m]
         kept += k
     assert kept > 0  # the judge kept mismatching siblings, so the test exercises its verdicts
+
+
+@pytest.mark.parametrize("spec,topk", [("3,2:topk", True), ("3,2", False)])
+def test_sampled_topk_trees_take_the_drafts_top_tokens(tiny_pair, spec, topk):
+    """Under sampling a ``:topk`` tree's children are the draft's top-m after each node's path (EAGLE's
+    expansion); a plain sampled tree's are draws without replacement (the top-m only by chance)."""
+    from judgekit.decode.engine import SeqState
+    from judgekit.decode.staticrows import StaticRows
+    from judgekit.decode.treedecode import TreeDrafter
+
+    pair = tiny_pair
+    drafter = TreeDrafter(StaticRows(FastLM(pair.draft), pair.vocab_size), parse_tree(spec),
+                          SamplingConfig(temperature=1.0))
+    hits, total = 0, 0
+    for seed, text in enumerate(PROMPTS):
+        ids = _ids(pair, text)
+        seq = SeqState(list(ids), torch.Generator().manual_seed(seed), limit=2)
+        with torch.inference_mode():
+            drafter.admit([seq])
+            tokens, q, *_ = drafter.propose_tree([seq], 2)
+        tr = drafter.tree
+        for node in range(tr.n):
+            kids = tr.children[node][tr.children[node] >= 0]
+            if len(kids):
+                top = q[0, node].topk(len(kids)).indices.tolist()
+                hits += tokens[0, kids].tolist() == top
+                total += 1
+        drafter.retire(seq)
+    assert (hits == total) if topk else (hits < total)
+    dec = SpeculativeDecoder(pair, make_rule("lossless"), sampling=SamplingConfig(temperature=1.0), tree=spec)
+    gen = dec.generate_ids(_ids(pair, PROMPTS[0]), max_new_tokens=12, seed=3)
+    assert 0 < len(gen.token_ids) <= 12 and sum(gen.stats.accept_hist) == gen.stats.target_calls

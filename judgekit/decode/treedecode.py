@@ -3,8 +3,9 @@ draft model and verifies it with one target forward (docs/design.md §2.1, "Deco
 
 Per step, for B sequences at once: the draft reads its unread committed tokens (the root's row), then one
 forward per tree level (all that level's nodes, tree-masked: each sees the committed prefix, its ancestors and
-itself), and picks every node's children from its row — greedy: the top-m tokens of the draft's softmax;
-sampled: m draws without replacement (Gumbel top-m, which tolerates rows with fewer than m tokens of support:
+itself), and picks every node's children from its row — greedy (or a ``:topk`` tree when sampling, EAGLE's
+expansion): the top-m tokens of the draft's softmax (its sampling law when sampling); sampled: m draws
+without replacement (Gumbel top-m, which tolerates rows with fewer than m tokens of support:
 such a draw has q = 0 and :func:`verify_tree` drops it). The target reads ``[last committed token, nodes]`` in
 one tree-masked forward (node i at slot start + i, RoPE position start + depth i), :func:`verify_tree`
 decides the whole batch, and one host sync reads the paths. The accepted path is committed through the
@@ -51,6 +52,8 @@ class TreeDrafter:
                  need_hidden: bool = False, hidden_size: int = 0):
         self.rows, self.spec, self.sampling, self.need_shape = rows, spec, sampling, need_shape
         self.need_hidden, self.hidden_size = need_hidden, hidden_size
+        # siblings are the draft's top-m (greedy, or a ``:topk`` tree) or draws without replacement
+        self.topk = sampling.greedy or spec.siblings == "topk"
         self.tree = spec.tensors(rows.device)
         dev = rows.device
         depth = self.tree.depth
@@ -73,7 +76,7 @@ class TreeDrafter:
         kids = self.tree.children[parents[0]: parents[1]]  # [n, W]
         valid = kids >= 0
         W = kids.shape[1]
-        if self.sampling.greedy:
+        if self.topk:
             picks = shape.topk(W, -1).indices  # the draft's most likely tokens, in rank order
         else:
             picks = draw_without_replacement(probs, W, [s.generator if level <= s.limit else None for s in seqs])
@@ -136,7 +139,7 @@ class TreeDrafter:
         hidden = states[0] if layers else None  # the target after reading each node: that sibling's features
         res = verify_tree(cfg.rule, tr, tokens, p, RuleContext(p_shape, q_shape, hidden, draft_hidden=draft_hidden),
                           q=q,
-                          proposal="topk" if cfg.sampling.greedy else "sample", limit=[s.limit for s in seqs],
+                          proposal="topk" if self.topk else "sample", limit=[s.limit for s in seqs],
                           greedy=cfg.sampling.greedy, generator=[s.generator for s in seqs])
         start = torch.tensor(starts, dtype=torch.long, device=dev)
         target.keep_path([s.target for s in seqs], start, res.path)

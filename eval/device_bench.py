@@ -5,7 +5,9 @@ from the working tree):  PYTHONPATH=. python3 eval/device_bench.py [--quick] [--
 It runs `bench decode` on random-init Qwen2.5-7B / Qwen2.5-0.5B shapes in bf16 (docs/design.md §8 controlled
 pair) at 90 % and 70 % agreement, gamma 8, batch 1 (HF target-only, HF assisted, judgekit eager and fast
 path, the fast path with CUDA-graph replay) and batch 32 (HF target-only batched generate and judgekit's fast
-path with and without graphs; the sequential decoders would not fit the time), then `bench mine` on the pocket pair, and prints one table at the end. Ratios are on
+path with and without graphs; the sequential decoders would not fit the time), each also with a static draft
+tree of the same depth ("judgekit tree", ``--tree``, default 2,2,1,1,1,1,1,1: on a GPU a wider target forward
+costs little more, which is where a tree's higher block efficiency should pay), then `bench mine` on the pocket pair, and prints one table at the end. Ratios are on
 wall time. Each part checks the clock and is skipped, saying so, when the remaining budget is too small.
 It refuses to run without CUDA: the GPU figures are never produced on a CPU.
 """
@@ -19,6 +21,7 @@ import time
 import torch
 
 BUDGET_S = 540  # one device call is limited to 10 minutes
+TREE = "2,2,1,1,1,1,1,1"  # depth 8 = the chain's gamma, two siblings at the first two levels (30 nodes)
 
 
 def main() -> int:
@@ -27,6 +30,7 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--budget", type=float, default=BUDGET_S)
+    parser.add_argument("--tree", default=TREE, help="the static draft tree timed beside the chain ('' for none)")
     parser.add_argument("--smoke-cpu", action="store_true",
                         help="check the script itself on a CPU with the small cpu pair (not GPU figures)")
     args = parser.parse_args()
@@ -58,14 +62,15 @@ def main() -> int:
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(0, pair.vocab_size, (64,), generator=g).tolist() for _ in range(32)]
         hf_rate = None
-        runs = [(1, prompts[:2], None), (32, prompts, ("judgekit fast", "judgekit graphs"))]
+        runs = [(1, prompts[:2], None), (32, prompts, ("judgekit fast", "judgekit graphs", "judgekit tree"))]
         for batch, ps, only in runs:
             if left() < 60:
                 print(f"skipped batch {batch} at agreement {agreement}: {left():.0f}s left", flush=True)
                 continue
             timings, identical = run_decode_bench(pair, ps, gamma=8, max_new_tokens=new_tokens, batch_size=batch,
                                                   compile=args.compile, only=only,
-                                                  cuda_graphs=device == "cuda" and not args.no_graphs)
+                                                  cuda_graphs=device == "cuda" and not args.no_graphs,
+                                                  tree=args.tree or None)
             title = (f"{target} / {draft} shapes, {dtype}, agreement {agreement}, gamma 8, batch {batch}, "
                      f"{len(ps)} prompts x {new_tokens} tokens [{time.time() - start:.0f}s]")
             print(format_report(timings, identical, title, cpu_clock=False), flush=True)

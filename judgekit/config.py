@@ -215,6 +215,9 @@ DECODING = (
 SEED = Setting("seed", INT, "sampling seed", default=0)
 SEEDS = Setting("seeds", INT, "sampling seeds (greedy points use the first)", many=True, default=0,
                 aliases=("seed",))
+TREES = Setting("tree", STR, "draft shapes: chain (a chain of --block-size drafts) or a static tree, per-depth "
+                             "branching (2,2,1,1) or eagle; its depth is its block size (docs/design.md §2.1)",
+                many=True, default="chain", aliases=("trees",))
 
 
 def rule_param_settings() -> tuple[Setting, ...]:
@@ -232,7 +235,7 @@ def eval_sweep_settings() -> tuple[Setting, ...]:
 
     return (Setting("rule", STR, "verification rules", many=True, choices=RULE_NAMES, aliases=("rules",)),
             Setting("judge", STR, "trained judge directories (rule judge)", many=True, aliases=("judges",)),
-            *rule_param_settings(), DECODING[0], DECODING[1], SEEDS)
+            *rule_param_settings(), DECODING[0], DECODING[1], SEEDS, TREES)
 
 
 # Options of the tasks that have them (bfcl, include); a task without the option refuses it.

@@ -561,3 +561,46 @@ def test_a_refused_eval_writes_nothing(tmp_path, pair, capsys):
     with pytest.raises(JudgekitError, match="corrupt judge"):
         run_eval(pair, task, task.load("test", limit=2), points, settings, str(out))
     assert not out.exists()
+
+
+def test_tree_points_record_their_tree_and_pair_with_the_same_shape(tmp_path, pair, capsys):
+    """`--tree chain 2,1`: every rule on the chain and on the tree; records name the tree (null for the chain),
+    a tree's block size is its depth, greedy lossless on the tree is the target's own output, and each point
+    is paired with its baseline on the same draft shape."""
+    out = tmp_path / "ev"
+    assert main(["eval", *POCKET, "--rule", "lossless", "speccascade", "minp", "--p-base", "0.2", "--limit", "3",
+                 "--block-size", "2", "--tree", "chain", "2,1", "--out", str(out), "--json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    records = read_records(out).to_pylist()
+    assert len(records) == 18 and {r["tree"] for r in records} == {None, "2,1"}
+    assert all(r["block_size"] == 2 for r in records)
+    task = get_task("pocket-math")
+    problems = {p.problem_id: p for p in task.load("test", limit=3)}
+    for r in records:
+        if r["rule"] == "lossless" and r["tree"]:
+            assert r["completion_ids"] == _target_only(pair, task, problems[r["problem"]], 96), r["problem"]
+    assert len(rows) == 6 and sorted(r["tree"] or "" for r in rows) == ["", "", "", "2,1", "2,1", "2,1"]
+    by_label = {r["label"]: r for r in rows}
+    assert by_label["speccascade p_base=0.2 tree 2,1"]["baseline"] == "minp p_base=0.2 tree 2,1"
+    assert by_label["speccascade p_base=0.2"]["baseline"] == "minp p_base=0.2"
+    assert by_label["minp p_base=0.2 tree 2,1"]["baseline"] == "lossless tree 2,1"
+    tree_ll = by_label["lossless tree 2,1"]
+    assert tree_ll["block_efficiency"] > 1.0 and tree_ll["paired"] is None
+    csv_lines = (out / "summary.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("label,rule,params,temperature,block_size,tree,") and len(csv_lines) == 7
+
+
+def test_tree_sweep_values_are_checked_before_models_load(tmp_path, capsys):
+    base = [*POCKET, "--limit", "1", "--out", str(tmp_path / "o"), "--dry-run"]
+    assert main(["eval", *base, "--rule", "lossless", "--tree", "2,x"]) == 2
+    assert "bad tree" in capsys.readouterr().err
+    assert main(["eval", *base, "--rule", "lenience", "--lenience", "0.5", "--tree", "2,1"]) == 2
+    assert "no tree form" in capsys.readouterr().err
+    cfg = tmp_path / "t.toml"
+    cfg.write_text('task = "pocket-math"\ntarget = "pocket-target"\ndraft = "pocket-draft"\nout = "o"\n'
+                   'rule = ["lossless"]\nblock_size = [3]\ntree = ["chain", "2,2,1,1", "eagle"]\n')
+    assert main(["eval", "--config", str(cfg), "--limit", "1", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("pocket-math: 1 problems x 3 points")
+    assert any("gamma=4" in ln and "tree=2,2,1,1" in ln for ln in lines)
+    assert any("gamma=5" in ln and "tree=eagle" in ln for ln in lines)

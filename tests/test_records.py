@@ -29,6 +29,7 @@ SETTINGS = {"task": "pocket-math", "target": "t", "draft": "d", "split": "test",
 def record(point: str, problem: str, i: int = 0, judge: str | None = None) -> dict:
     return {"point": point, "config": point.split("/")[0], "label": f"label {point}", "rule": "lossless",
             "params": json.dumps({"lam": 0.1 * i}), "judge_sha256": judge, "temperature": 0.5, "block_size": 4,
+            "tree": "2,1" if i % 3 == 2 else None,
             "seed": 7 + i, "problem": problem, "completion_ids": list(range(i, i + 9)), "text": f"answer {i} " * 3,
             "finish_reason": "eos" if i % 2 else "length", "outcome": json.dumps(str(i)), "correct": bool(i % 2),
             "new_tokens": 9 + i, "target_calls": 3 + i, "draft_calls": 12 + i, "accept_hist": [1, 0, i, 2],
@@ -176,7 +177,7 @@ def test_version_1_directories_are_read_but_not_resumed(tmp_path: Path) -> None:
     d.mkdir()
     settings = {k: v for k, v in SETTINGS.items() if k != "data_sha256"}
     (d / "eval.json").write_text(json.dumps({"kind": "judgekit.eval", "schema_version": 1, "settings": settings}))
-    later = ("judge_sha256", "prompt", "reference")  # columns of versions 2 and 3
+    later = ("judge_sha256", "prompt", "reference", "tree")  # columns of versions 2, 3 and 4
     v1 = pa.schema([f for f in RECORD_SCHEMA if f.name not in later],
                    metadata={b"judgekit.schema_version": b"1", b"judgekit.kind": b"judgekit.eval"})
     rows = [{k: v for k, v in {**record("a/0", "p0"), "rank": 0}.items() if k not in later}]

@@ -66,15 +66,21 @@ def test_sides_match_params_thresholds_and_judge_mixes():
     assert not rp.Side("judge", 0.0, judge="1:9").matches(judge)
     assert not rp.Side("judge", 1.0, judge="9:1").matches(judge)
     assert not rp.Side("judge", 0.0, (("threshold_name", "p20"),)).matches(judge)
+    tree = {**judge, "tree": "2,2,1,1:topk"}
+    assert not rp.Side("judge", 0.0, judge="9:1").matches(tree)  # a chain side takes chain records only
+    assert rp.Side("judge", 0.0, judge="9:1", tree="2,2,1,1:topk").matches(tree)
+    assert not rp.Side("judge", 0.0, judge="9:1", tree="2,2,1,1:topk").matches(judge)
 
 
 def test_the_shipped_config_names_every_findings_points():
     settings = rp.load_settings()
     assert settings.problems >= 300 and set(settings.mixes) == {"9:1", "1:9"}
     assert "pocket-math-hard" in {t.name for t in settings.tasks}
-    swept = {(r, float(s.get("temperature", 0.0))) for s in settings.sweeps for r in s["rules"]}
+    swept = {(r, float(s.get("temperature", 0.0)), t) for s in settings.sweeps for r in s["rules"]
+             for t in s.get("tree", [None])}
     for f in rp.FINDINGS:
-        assert (f.a.rule, f.a.temperature) in swept and (f.b.rule, f.b.temperature) in swept, f.key
+        for side in (f.a, f.b):
+            assert (side.rule, side.temperature, side.tree) in swept, f.key
 
 
 def test_bad_config_is_one_clear_error(tmp_path):
@@ -99,12 +105,13 @@ def test_quick_recipe_end_to_end_and_resumed(tmp_path, capsys):
     rows = doc["rows"]
     keys = {r["key"] for r in rows}
     assert {"fig4-cos", "fig4-lenience", "tab1-adaptive", "tab1-ceiling", "fig6-minp", "fig6-eta",
-            "fig5-eta", "fig5-minp"} <= keys
+            "fig5-eta", "fig5-minp", "tab3-minp", "tab3-eta"} <= keys
     for r in rows:  # every verdict is the one its interval implies
         assert r["verdict"] == rp.verdict(r["lo"], r["hi"], r["direction"])
         assert r["task"] in ("pocket-math", "synthetic")
     table = (out / "findings.md").read_text()
-    assert table.count("\n| ") == len(rows) + 2  # header, the rows, the Table 3 line
+    assert table.count("\n| ") == len(rows) + 1  # header, the rows (Table 3's measured like the others)
+    assert all(r["n"] == 2 for r in rows if r["key"].startswith("tab3"))  # the tree's records, paired
     assert "Table 3" in table and (out / "eval" / "pocket-math" / "summary.md").exists()
     assert (out / "eval" / "pocket-math" / "be_quality.png").exists()
     capsys.readouterr()

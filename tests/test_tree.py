@@ -92,3 +92,14 @@ def test_bad_paths_raise(paths, msg):
 def test_tensors_on_a_device_keep_the_layout():
     t = parse_tree("3,2").tensors("cpu")
     assert t.mask.dtype == torch.bool and t.parent.dtype == torch.long and t.mask.shape == (10, 10)
+
+
+def test_sibling_law_suffix():
+    spec = parse_tree("2,2,1,1:topk")
+    assert spec.siblings == "topk" and spec.spec == "2,2,1,1:topk" and spec.paths == parse_tree("2,2,1,1").paths
+    assert parse_tree("EAGLE:Sample").spec == "eagle:sample" and parse_tree("eagle").siblings is None
+    assert spec.describe()["tree"] == "2,2,1,1:topk"
+    with pytest.raises(JudgekitError, match="sibling law"):
+        parse_tree("2,1:beam")
+    with pytest.raises(JudgekitError, match="bad tree"):
+        parse_tree("x:topk")

@@ -62,7 +62,8 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     HF assisted generation decodes one prompt at a time).
     ``only`` restricts the run to some of :data:`DECODERS` (HF target-only always runs: it is the reference
     output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only);
-    ``tree`` (a `--tree` spec) adds the fast path drafting that static tree ("judgekit tree").
+    ``tree`` (a `--tree` spec) adds judgekit drafting that static tree ("judgekit tree"; the fast path where
+    the pair has one, else the transformers backend).
     Returns (timings, identical?)."""
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.decode.fastmodel import fast_unsupported
@@ -117,8 +118,10 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
         graphed = SpeculativeDecoder(pair, make_rule("lossless"), block_size=gamma, fast=True, cuda_graphs=True)
         methods["judgekit graphs"] = lambda batch: [
             g.token_ids for g in graphed.generate_batch(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)]
-    if fast is not None and tree is not None:
-        treed = SpeculativeDecoder(pair, make_rule("lossless"), fast=True, compile=compile, tree=tree)
+    treed = None
+    if tree is not None:
+        treed = SpeculativeDecoder(pair, make_rule("lossless"), fast=has_fast, compile=compile and has_fast,
+                                   tree=tree)
         methods["judgekit tree"] = lambda batch: [
             g.token_ids for g in treed.generate_batch(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)]
     if only is not None:
@@ -142,7 +145,7 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
 
     params = param_bytes(pair.target) + param_bytes(pair.draft)
     for name, dec in (("judgekit eager", eager), ("judgekit fast", fast), ("judgekit graphs", fast),
-                      ("judgekit tree", fast)):
+                      ("judgekit tree", treed)):
         if name in timings and dec is not None:
             lms = dec._fast or (None, None)
             timings[name].held_bytes = held_bytes(pair.target, lms[0]) + held_bytes(pair.draft, lms[1])

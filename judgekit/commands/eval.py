@@ -46,7 +46,8 @@ def run_one(args, given: dict) -> int:
         print(f"{job.settings['task']}: {len(job.problems)} problems x {len(job.points)} points = "
               f"{len(job.problems) * len(job.points)} decodings -> {job.out}")
         for p in job.points:
-            print(f"  {p.label}  T={p.temperature:g} gamma={p.block_size} seed={p.seed}")
+            print(f"  {p.label}  T={p.temperature:g} gamma={p.block_size} seed={p.seed}"
+                  + (f" tree={p.tree}" if p.tree else ""))
         return 0
     rows = eval_job.run(job, quiet=args.quiet, progress_bars=True if args.progress else None)
     if rows is not None:
@@ -59,7 +60,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "eval", help="evaluate rules on a task: per-problem records, summary with 95%% intervals, plots",
         description="Speculative decoding of a task's problems for every point of a sweep (rules x parameter "
-                    "lists x temperatures x block sizes x seeds); grades each completion, records it in "
+                    "lists x temperatures x block sizes or draft trees x seeds); grades each completion, records it in "
                     "Parquet (resumable; sharded across ranks under torchrun), then writes summary.md, "
                     "summary.csv, be_quality.png and truncation.png in --out. Comma lists sweep: "
                     "--lenience 0.2,0.4 --judge-threshold p20,p40,0.3 --temperature 0,1.0.")
@@ -73,6 +74,7 @@ def register(sub) -> None:
         add_setting(p, run_settings[key], sweep=True)
     add_rule_args(p, mode="sweep")
     add_sampling_args(p, sweep=True)
+    add_setting(p, C.TREES, sweep=True, nargs=True)
     for key in ("out", "title", "flush_every", "threads", "batch_size", "grade_workers"):
         add_setting(p, run_settings[key], sweep=True)
     p.add_argument("--dry-run", action="store_true",

@@ -19,7 +19,8 @@ from judgekit.decode.generation import Generation, eos_ids
 from judgekit.decode.rules import Rule
 from judgekit.decode.sampling import SamplingConfig
 from judgekit.decode.tree import TreeSpec, parse_tree
-from judgekit.decode.treedecode import TreeDrafter, check_tree_decoding
+from judgekit.decode.tree_verify import check_tree_rule
+from judgekit.decode.treedecode import TreeDrafter
 from judgekit.errors import JudgekitError
 from judgekit.models import ModelPair, encode_prompt, format_prompt
 
@@ -54,11 +55,9 @@ class SpeculativeDecoder:
         # A draft tree (docs/design.md §2.1) replaces the chain drafter; its depth is the block size.
         self.tree = parse_tree(tree) if isinstance(tree, str) else tree
         if self.tree is not None:
-            check_tree_decoding(rule, rule.needs_hidden)
+            check_tree_rule(rule)
             self.gamma = self.tree.depth
         self._fast = fast_models(pair, fast, compile)
-        if self.tree is not None and self._fast is None:
-            raise JudgekitError("tree decoding runs on the static-cache backend (Llama / Qwen2 pairs) only")
         self.graphs = None  # (target, draft) GraphedLM replaying the static backend's decoding steps
         if cuda_graphs:
             if compile:
@@ -102,7 +101,8 @@ class SpeculativeDecoder:
         target, draft = self._rows(max(len(p) for p in prompt_ids) + max_new_tokens + self.gamma + 2
                                  + (self.tree.n_nodes if self.tree is not None else 0))
         if self.tree is not None:
-            drafter = TreeDrafter(draft, self.tree, self.sampling, self.need_shape)
+            drafter = TreeDrafter(draft, self.tree, self.sampling, self.need_shape, self.need_draft_hidden,
+                                  int(self.pair.draft.config.hidden_size))
         else:
             drafter = ModelDrafter(draft, self.sampling, self.need_shape, self.need_draft_hidden,
                                    int(self.pair.draft.config.hidden_size))

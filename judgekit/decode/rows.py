@@ -10,7 +10,11 @@ A backend holds the KV state of many sequences, one *row* each:
   rollback is only a smaller start next time). Logits at the columns ``logit_cols`` [B, C] (all T if None);
   ``states`` are the hidden states [B, T, H] of ``hidden_layers`` (transformers' ``hidden_states`` indexing:
   0 = embeddings, -1 = final normed state), in that order. A row grows as its sequence does. ``replay``
-  marks a decoding step (fixed small shapes) that a backend may replay from a CUDA graph.
+  marks a decoding step (fixed small shapes) that a backend may replay from a CUDA graph. ``tree`` (slots,
+  positions, mask) feeds draft-tree columns (:mod:`judgekit.decode.treedecode`): node slots and positions
+  apart, visibility by a tree mask;
+* ``keep_path(rows, starts [B], path [B, D+1])`` commits each row's accepted tree path after a tree step
+  (static cache: gathers its K/V into consecutive slots; here: the path's columns stay, the others go).
 
 Two backends implement it: :class:`judgekit.decode.staticrows.StaticRows` (the lean static-cache forward of
 :mod:`judgekit.decode.fastmodel`, Llama / Qwen2) and :class:`ModelRows` here, for any transformers causal LM.
@@ -56,8 +60,10 @@ class KVRows(Protocol):
     def release(self, row: Row) -> None: ...
 
     def forward(self, rows: Sequence[Row], ids: Tensor, starts: Sequence[int], lengths: Sequence[int] | None = None,
-                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False
-                ) -> tuple[Tensor, tuple[Tensor, ...]]: ...
+                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False,
+                tree: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...]]: ...
+
+    def keep_path(self, rows: Sequence[Row], starts: Tensor, path: Tensor) -> None: ...
 
 
 def pad_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, list[int]]:
@@ -104,6 +110,9 @@ class ModelRows:
         self.values: list[Tensor] = []
         self.mask = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [S, L] valid columns
         self.pos = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # [S, L] their positions
+        # [S, L] each column's slot in the static backend's terms: its position, except a draft tree's columns
+        # (start + node index) until :meth:`keep_path` commits a path (then position again)
+        self.slot = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.held: list[int] = []  # per slot, the positions it holds (0 .. held - 1): known on the host
 
     # -- rows ------------------------------------------------------------------------------------------------
@@ -117,6 +126,7 @@ class ModelRows:
             self.held.append(0)
             self.mask = torch.cat([self.mask, self.mask.new_zeros(1, self.mask.shape[1])])
             self.pos = torch.cat([self.pos, self.pos.new_zeros(1, self.pos.shape[1])])
+            self.slot = torch.cat([self.slot, self.slot.new_zeros(1, self.slot.shape[1])])
             self.keys = [torch.cat([k, k.new_zeros(1, *k.shape[1:])]) for k in self.keys]
             self.values = [torch.cat([v, v.new_zeros(1, *v.shape[1:])]) for v in self.values]
         row = self.slots[s] = Row(s)
@@ -134,6 +144,7 @@ class ModelRows:
         self.keys = [k.index_select(0, idx) for k in self.keys]
         self.values = [v.index_select(0, idx) for v in self.values]
         self.mask, self.pos = self.mask.index_select(0, idx), self.pos.index_select(0, idx)
+        self.slot = self.slot.index_select(0, idx)
         self.slots = [self.slots[s] for s in keep]
         self.held = [self.held[s] for s in keep]
         for s, row in enumerate(self.slots):
@@ -148,6 +159,7 @@ class ModelRows:
             return
         order = torch.sort(self.mask.long(), dim=1, stable=True).indices[:, L - live:]  # [S, live]
         self.mask, self.pos = self.mask.gather(1, order), self.pos.gather(1, order)
+        self.slot = self.slot.gather(1, order)
         idx = lambda t: order[:, None, :, None].expand(t.shape[0], t.shape[1], live, t.shape[3])  # noqa: E731
         self.keys = [k.gather(2, idx(k)) for k in self.keys]
         self.values = [v.gather(2, idx(v)) for v in self.values]
@@ -155,12 +167,19 @@ class ModelRows:
     # -- the forward -----------------------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, rows: Sequence[Row], ids: Tensor, starts: Sequence[int], lengths: Sequence[int] | None = None,
-                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False
-                ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """The protocol's forward (``replay``, a decoding step's hint to the static backend, is unused here)."""
+                *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False,
+                tree: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The protocol's forward (``replay``, a decoding step's hint to the static backend, is unused here).
+
+        ``tree`` = (slots [T], positions [T], mask [T, W]), offsets from each start, feeds draft-tree columns
+        with the static backend's meaning (:meth:`judgekit.decode.fastmodel.FastLM.forward`): column c takes
+        slot start + slots[c] at position start + positions[c] and sees the slots before start plus the slots
+        start + j with mask[c, j]; columns at slots from start + min(slots) on are dropped first (those
+        before, an earlier level's nodes, stay). Attention then takes a 4D mask, which transformers' mask
+        builders pass through as given (masking_utils._preprocess_mask_arguments)."""
         B, T = ids.shape
         dev = self.device
-        lengths = [T] * B if lengths is None else list(lengths)
+        lengths = [T] * B if lengths is None or tree is not None else list(lengths)
         used = [s for s, r in enumerate(self.slots) if r is not None]
         want = [r.slot for r in rows]
         if sorted(want) == used and len(used) < len(self.slots):
@@ -172,13 +191,21 @@ class ModelRows:
         pick = (lambda t: t) if sub is None else (lambda t: t.index_select(0, sub))  # noqa: E731
         start = torch.tensor(list(starts), dtype=torch.long, device=dev)
         n = torch.tensor(lengths, dtype=torch.long, device=dev)
-        # Crop to start: a row's keys at or beyond its start are dropped (their mask bits cleared).
-        mask = pick(self.mask) & (pick(self.pos) < start[:, None])
-        pos_old = pick(self.pos)
+        pos_old, slot_old = pick(self.pos), pick(self.slot)
         col = torch.arange(T, device=dev)
-        new_mask = col[None] < n[:, None]
-        # Padded columns repeat the last real position: learned position tables (GPT-2, OPT) stay in range.
-        positions = start[:, None] + torch.minimum(col[None], (n - 1).clamp(min=0)[:, None])
+        if tree is None:
+            # Crop to start: a row's keys at or beyond its start are dropped (their mask bits cleared).
+            mask = pick(self.mask) & (slot_old < start[:, None])
+            new_mask = col[None] < n[:, None]
+            # Padded columns repeat the last real position: learned position tables (GPT-2, OPT) stay in range.
+            positions = start[:, None] + torch.minimum(col[None], (n - 1).clamp(min=0)[:, None])
+            slots = positions
+        else:
+            slot_off, pos_off, tmask = tree
+            mask = pick(self.mask) & (slot_old < start[:, None] + slot_off.min())
+            new_mask = torch.ones(B, T, dtype=torch.bool, device=dev)
+            positions = start[:, None] + pos_off[None]
+            slots = start[:, None] + slot_off[None]
         cache = DynamicCache(config=self.model.config)
         L = self.mask.shape[1]
         if L:
@@ -186,11 +213,13 @@ class ModelRows:
                 layer.lazy_initialization(k, v)  # install directly: update() would copy once more
                 layer.keys, layer.values = pick(k), pick(v)
         full_mask = torch.cat([mask, new_mask], 1)
+        new_slot = torch.cat([slot_old, slots], 1)
+        attention = full_mask.long() if tree is None else self._tree_mask(full_mask, new_slot, start, tmask)
         cols = (torch.arange(T, device=dev).expand(B, T) if logit_cols is None else logit_cols).contiguous()
         # A decoding step's few columns: logits everywhere, then gathered (no sync). A prefill's: only the
         # columns asked for (torch.unique syncs once, which a prefill can afford; the LM head cannot).
-        keep = torch.unique(cols) if T > 16 else None
-        out = self.model(input_ids=ids, attention_mask=full_mask.long(), position_ids=positions,
+        keep = torch.unique(cols) if T > 16 and tree is None else None
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                          **{self._arg: cache}, use_cache=True, logits_to_keep=0 if keep is None else keep,
                          output_hidden_states=bool(hidden_layers))
         at = cols if keep is None else torch.searchsorted(keep, cols)
@@ -199,10 +228,11 @@ class ModelRows:
         keys = [layer.keys for layer in cache.layers]
         values = [layer.values for layer in cache.layers]
         new_pos = torch.cat([pos_old, positions], 1)
+        width = None if tree is None else int(tree[2].shape[1])  # a tree's columns lie in slots start .. + W
         for r, st, m in zip(rows, starts, lengths):
-            self.held[r.slot] = min(self.held[r.slot], int(st)) + m
+            self.held[r.slot] = min(self.held[r.slot], int(st)) + (m if width is None else width)
         if sub is None:
-            self.keys, self.values, self.mask, self.pos = keys, values, full_mask, new_pos
+            self.keys, self.values, self.mask, self.pos, self.slot = keys, values, full_mask, new_pos, new_slot
         else:  # scatter the subset back; the other rows get T empty columns
             S = len(self.slots)
             grow = lambda t, w: torch.cat([t, t.new_zeros(S, *t.shape[1:-2], w, t.shape[-1])], -2)  # noqa: E731
@@ -212,6 +242,32 @@ class ModelRows:
             else:
                 self.keys = [k.new_zeros(S, *k.shape[1:]).index_copy_(0, sub, k) for k in keys]
                 self.values = [v.new_zeros(S, *v.shape[1:]).index_copy_(0, sub, v) for v in values]
-            self.mask = torch.cat([self.mask, self.mask.new_zeros(S, T)], 1).index_copy_(0, sub, full_mask)
-            self.pos = torch.cat([self.pos, self.pos.new_zeros(S, T)], 1).index_copy_(0, sub, new_pos)
+            widen = lambda t, new: torch.cat([t, t.new_zeros(S, T)], 1).index_copy_(0, sub, new)  # noqa: E731
+            self.mask, self.pos, self.slot = widen(self.mask, full_mask), widen(self.pos, new_pos), \
+                widen(self.slot, new_slot)
         return logits[..., : self.vocab], states
+
+    def _tree_mask(self, valid: Tensor, slot: Tensor, start: Tensor, tmask: Tensor) -> Tensor:
+        """The 4D additive attention mask [B, 1, T, L] of a tree forward: query c sees the valid columns at
+        slots before start, and those at slot start + j where tmask[c, j] (additive floats in the model's
+        dtype, which both the eager and the SDPA attention of transformers take)."""
+        W = tmask.shape[1]
+        rel = slot - start[:, None]  # [B, L]
+        seen = tmask[:, rel.clamp(0, W - 1)].transpose(0, 1)  # [B, T, L]
+        ok = valid[:, None] & ((rel < 0)[:, None] | ((rel < W)[:, None] & seen))
+        dtype = next(self.model.parameters()).dtype
+        return torch.zeros(ok.shape, dtype=dtype, device=ok.device).masked_fill_(~ok, torch.finfo(dtype).min
+                                                                                 ).unsqueeze(1)
+
+    @torch.inference_mode()
+    def keep_path(self, rows: Sequence[Row], starts: Tensor, path: Tensor) -> None:
+        """Commit each row's accepted tree path (node indices [B, D+1], root first, -1 after it; a node's
+        slot offset is its index): the path's columns take their positions as slots (start + depth,
+        consecutive — what the static backend's gather leaves) and the tree's other columns are dropped."""
+        idx = torch.tensor([r.slot for r in rows], dtype=torch.long, device=self.device)
+        slot, mask = self.slot[idx], self.mask[idx]
+        rel = slot - starts[:, None]
+        in_tree = mask & (rel >= 0)
+        on_path = in_tree & (rel[..., None] == path[:, None, :]).any(-1)
+        self.mask[idx] = mask & (~in_tree | on_path)
+        self.slot[idx] = torch.where(on_path, self.pos[idx], slot)

@@ -101,3 +101,15 @@ class StaticRows:
             logits, states = self.lm.forward(ids, start, self.cache, need, logit_cols=cols, hidden_layer=layers,
                                              cache_rows=cache_rows, tree=tree)
         return logits[..., : self.vocab], tuple(states) if layers else ()
+
+    @torch.inference_mode()
+    def keep_path(self, rows: Sequence[Row], starts: Tensor, path: Tensor) -> None:
+        """Commit each row's accepted tree path (node indices [B, D+1], -1 after the path): move its entries
+        from slots start + node to start + 0 .., one gather and one scatter per layer (pads copy a slot onto
+        itself). Their RoPE positions already equal the new slots, so this is exact."""
+        idx = torch.arange(path.shape[1], device=path.device).expand_as(path)
+        src = starts[:, None] + torch.where(path >= 0, path, idx)
+        dst = starts[:, None] + idx
+        r = torch.tensor([row.slot for row in rows], dtype=torch.long, device=path.device)[:, None]
+        for t in self.cache.keys + self.cache.values:
+            t[r, :, dst] = t[r, :, src]

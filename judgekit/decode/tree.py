@@ -2,7 +2,10 @@
 
 A tree is given either as per-depth branching, ``"2,2,1,1"`` (2 children of the root, each with 2 children,
 each of those with 1, ...), or by name (``"eagle"``: EAGLE-1's default static tree, 25 drafted nodes, depth 5).
-Internally it is the list of drafted nodes as *paths of sibling ranks* from the root: ``(0,)`` is the root's
+A suffix ``:topk`` or ``:sample`` fixes how siblings are drafted when sampling (``2,2,1,1:topk``): by default
+a sampled tree's siblings are draws without replacement from the draft and a greedy tree's the draft's
+top-m; ``:topk`` takes the top-m under sampling too (EAGLE's expansion, the tree of the paper's Theorem 1,
+KL_EAGLE). Greedy decoding always takes the top-m. Internally it is the list of drafted nodes as *paths of sibling ranks* from the root: ``(0,)`` is the root's
 first child (the draft's most likely token, or its first draw), ``(0, 1)`` that child's second child.
 
 The flattened order puts the root (the committed token whose target row verifies the first drafted level) at
@@ -41,6 +44,7 @@ class TreeSpec:
 
     paths: tuple[tuple[int, ...], ...]
     spec: str
+    siblings: str | None = None  # "topk" | "sample" under sampling; None: sample (greedy: always top-m)
 
     @property
     def n_nodes(self) -> int:
@@ -115,8 +119,25 @@ def from_branching(branching: list[int], spec: str | None = None) -> TreeSpec:
     return from_paths(paths, spec)
 
 
+SIBLINGS = ("topk", "sample")
+
+
 def parse_tree(text: str) -> TreeSpec:
-    """A `--tree` value: a name (``eagle``) or per-depth branching (``2,2,1,1``)."""
+    """A `--tree` value: a name (``eagle``) or per-depth branching (``2,2,1,1``), optionally with a sibling
+    law (``:topk`` / ``:sample``)."""
+    from dataclasses import replace
+
+    shape, _, siblings = text.strip().partition(":")
+    if siblings:
+        if siblings.strip().lower() not in SIBLINGS:
+            raise JudgekitError(f"bad tree {text!r}: the sibling law after ':' is {' or '.join(SIBLINGS)}")
+        base = _parse_shape(shape)
+        law = siblings.strip().lower()
+        return replace(base, spec=f"{base.spec}:{law}", siblings=law)
+    return _parse_shape(shape)
+
+
+def _parse_shape(text: str) -> TreeSpec:
     spec = text.strip()
     if spec.lower() in NAMED_TREES:
         return from_paths(NAMED_TREES[spec.lower()], spec.lower())

@@ -109,15 +109,19 @@ def verdict(lo: float | None, hi: float | None, direction: int) -> str:
 # ---- the findings --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Side:
-    """Which records one side of a comparison pools: a rule at a temperature, params that must match."""
+    """Which records one side of a comparison pools: a rule at a temperature on a draft shape (a chain, or the
+    tree spec the records name), params that must match."""
 
     rule: str
     temperature: float
     params: tuple[tuple[str, Any], ...] = ()
     judge: str | None = None  # a judge's mix, e.g. "9:1" (its directory name)
+    tree: str | None = None  # None: chain records only
 
     def matches(self, record: dict) -> bool:
         if record["rule"] != self.rule or abs(record["temperature"] - self.temperature) > 1e-9:
+            return False
+        if record.get("tree") != self.tree:
             return False
         params = json.loads(record["params"])
         if self.judge is not None and Path(params.get("judge", "")).name != judge_dir_name(self.judge):
@@ -126,7 +130,8 @@ class Side:
 
     def describe(self) -> str:
         bits = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params]
-        return " ".join([self.rule, *([self.judge] if self.judge else []), *bits, f"T={self.temperature:g}"])
+        return " ".join([self.rule, *([self.judge] if self.judge else []), *bits, f"T={self.temperature:g}",
+                         *([f"tree {self.tree}"] if self.tree else [])])
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,10 @@ class Finding:
     b: Side
     direction: int
     tasks: tuple[str, ...] | None = None  # None: every evaluated task that has both sides
+
+
+# The tree of Table 3's findings; judgekit/configs/reproduce.toml's tree sweep must name the same spec.
+TABLE3_TREE = "2,2,1,1:topk"
 
 
 def judge_dir_name(mix: str) -> str:
@@ -163,8 +172,12 @@ FINDINGS: tuple[Finding, ...] = (
             Side("speccascade", 1.0), Side("minp", 1.0), -1),
     Finding("fig6-eta", "Figure 6", "typical acceptance below η-sampling (T=1)",
             Side("typical", 1.0), Side("eta", 1.0), -1),
+    # Table 3: the same pairs on an EAGLE-style tree (top-m siblings under sampling, Theorem 1's KL_EAGLE)
+    Finding("tab3-minp", "Table 3", "SpecCascade below min-p on a top-k tree (T=1)",
+            Side("speccascade", 1.0, tree=TABLE3_TREE), Side("minp", 1.0, tree=TABLE3_TREE), -1),
+    Finding("tab3-eta", "Table 3", "typical acceptance below η-sampling on a top-k tree (T=1)",
+            Side("typical", 1.0, tree=TABLE3_TREE), Side("eta", 1.0, tree=TABLE3_TREE), -1),
 )
-TABLE3_NOTE = "Table 3 (trees, EAGLE-3-style): not measured — no tree decoding in this checkout"
 
 
 def outcomes(records: list[dict], side: Side) -> dict[str, list[float]]:
@@ -227,7 +240,6 @@ def findings_markdown(rows: list[dict], header: str = "") -> str:
         cell += " (10-90 % band)" if scale == 1 else ""
         lines.append(f"| {r['claim']} | {r['source']} | {r['task']} | {r['a']} − {r['b']} | {r['n']} | {cell} | "
                      f"**{r['verdict']}** |")
-    lines.append(f"| {TABLE3_NOTE} | Table 3 | | | | — | **{NOT_MEASURED}** |")
     return "\n".join(lines) + "\n"
 
 
@@ -245,9 +257,11 @@ def _sweep_points(sweeps: tuple[dict, ...], judges: list[str]):
         if not rules:
             continue
         values = {k: list(s[k]) for k in param_keys() if k in s}
+        trees = s.get("tree", ["chain"])
         sweep = Sweep(rules=rules, values=values, judges=judges if "judge" in rules else [],
                       temperatures=[float(s.get("temperature", 0.0))], block_sizes=[int(s.get("block_size", 8))],
-                      seeds=[int(x) for x in s.get("seeds", [0])])
+                      seeds=[int(x) for x in s.get("seeds", [0])],
+                      trees=[str(t) for t in (trees if isinstance(trees, list) else [trees])])
         points.extend(sweep.points())
     return list({p.key: p for p in points}.values())
 

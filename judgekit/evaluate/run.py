@@ -37,7 +37,7 @@ def point_record(task: Task, problem: Problem, point: EvalPoint, gen, judge_sha2
     return {"point": point.key, "config": point.config_key, "label": point.label, "rule": point.rule,
             "params": json.dumps(point.params, sort_keys=True), "judge_sha256": judge_sha256,
             "temperature": point.temperature,
-            "block_size": point.block_size, "seed": point.seed, "problem": problem.problem_id,
+            "block_size": point.block_size, "tree": point.tree, "seed": point.seed, "problem": problem.problem_id,
             "completion_ids": gen.token_ids, "text": gen.text, "finish_reason": gen.finish_reason,
             "outcome": json.dumps(outcome, default=str), "correct": bool(task.grade(problem, outcome)),
             "new_tokens": s.new_tokens, "target_calls": s.target_calls, "draft_calls": s.draft_calls,
@@ -159,7 +159,7 @@ def _decode_and_record(pair: ModelPair, task: Task, problems: list[Problem], poi
         for n_point, (pi, qis) in enumerate(by_point.items(), 1):
             point = points[pi]
             sampling = SamplingConfig(point.temperature, settings.top_k, settings.top_p)
-            decoder = SpeculativeDecoder(pair, rules[pi], point.block_size, sampling)
+            decoder = SpeculativeDecoder(pair, rules[pi], point.block_size, sampling, tree=point.tree)
             start = _time.perf_counter()
             for qi in qis:
                 if qi not in prompts:

@@ -190,8 +190,8 @@ def summarize(records, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
     records) with 95 % intervals, tokens/s, and the paired comparison with the row's baseline (`baseline`:
     its label; `paired`: :func:`paired_stats`, None without a baseline).
 
-    Rows are ordered by temperature, block size, rule (SUMMARY_ORDER: each truncation rule next to its
-    matched baseline), then parameters.
+    Rows are ordered by temperature, block size, draft shape (the chain first, then trees by spec), rule
+    (SUMMARY_ORDER: each truncation rule next to its matched baseline), then parameters.
     """
     from judgekit.decode.rules import RULES
 
@@ -200,7 +200,8 @@ def summarize(records, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
     for r in _records(records):
         g = groups.setdefault(r["config"], {
             "config": r["config"], "label": r["label"], "rule": r["rule"], "params": json.loads(r["params"]),
-            "temperature": r["temperature"], "block_size": r["block_size"], "seeds": set(), "problems": set(),
+            "temperature": r["temperature"], "block_size": r["block_size"], "tree": r.get("tree"),
+            "seeds": set(), "problems": set(),
             "n": 0, "correct": 0, "new_tokens": 0, "target_calls": 0, "draft_calls": 0, "wall_time": 0.0,
             "accept_hist": []})
         per_point.setdefault(r["config"], []).append(r)
@@ -223,20 +224,26 @@ def summarize(records, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
                      "block_efficiency": g["new_tokens"] / g["target_calls"] if g["target_calls"] else 0.0,
                      "tokens_per_s": g["new_tokens"] / g["wall_time"] if g["wall_time"] > 0 else 0.0,
                      **point_intervals(g["arrays"], _seed_of(key), resamples)})
-    rows.sort(key=lambda r: (r["temperature"], r["block_size"], order.get(r["rule"], len(order)),
+    rows.sort(key=lambda r: (r["temperature"], r["block_size"], r["tree"] or "", order.get(r["rule"], len(order)),
                              json.dumps(r["params"], sort_keys=True)))
     add_paired(rows, resamples)
     return rows
 
 
+def setting_of(row: dict) -> tuple:
+    """What a point and its baseline share: temperature, block size, draft shape (a tree's spec, None for a
+    chain) and source directory."""
+    return row["temperature"], row["block_size"], row.get("tree"), row.get("source")
+
+
 def baseline_of(row: dict, rows: list[dict]) -> dict | None:
-    """The row a point is compared with: the matched truncation baseline (same temperature, block size,
-    source and matched parameters) for speccascade / typical, else lossless at the same temperature and
-    block size; a truncation rule without its matched baseline falls back to lossless. None for lossless."""
+    """The row a point is compared with: the matched truncation baseline (same temperature, block size, draft
+    shape, source and matched parameters) for speccascade / typical, else lossless at the same setting; a
+    truncation rule without its matched baseline falls back to lossless. None for lossless. A tree point is
+    compared with the same tree, a chain point with the chain."""
     if row["rule"] == "lossless":
         return None
-    same = [b for b in rows if b is not row and b.get("source") == row.get("source")
-            and (b["temperature"], b["block_size"]) == (row["temperature"], row["block_size"])]
+    same = [b for b in rows if b is not row and setting_of(b) == setting_of(row)]
     if row["rule"] in MATCHED_BASELINES:
         base_rule, keys = MATCHED_BASELINES[row["rule"]]
         for b in same:
@@ -253,18 +260,18 @@ def compare_rows(a: dict, b: dict, resamples: int = BOOTSTRAP_RESAMPLES) -> dict
 
 def add_paired(rows: list[dict], resamples: int = BOOTSTRAP_RESAMPLES) -> None:
     """Each row's baseline label and paired comparison; also the unpaired ratios to lossless kept for callers."""
-    lossless = {(r["temperature"], r["block_size"], r.get("source")): r for r in rows if r["rule"] == "lossless"}
+    lossless = {setting_of(r): r for r in rows if r["rule"] == "lossless"}
     for r in rows:
         b = baseline_of(r, rows)
         r["baseline"] = b["label"] if b else None
         r["paired"] = compare_rows(r, b, resamples) if b else None
-        ll = lossless.get((r["temperature"], r["block_size"], r.get("source")))
+        ll = lossless.get(setting_of(r))
         r["be_vs_lossless"] = (r["block_efficiency"] / ll["block_efficiency"]
                                if ll and ll["block_efficiency"] else None)
         r["quality_vs_lossless"] = r["quality"] - ll["quality"] if ll else None
 
 
-CSV_COLUMNS = ("label", "rule", "params", "temperature", "block_size", "seeds", "n", "problems", "correct",
+CSV_COLUMNS = ("label", "rule", "params", "temperature", "block_size", "tree", "seeds", "n", "problems", "correct",
                "quality", "quality_lo", "quality_hi", "block_efficiency", "be_lo", "be_hi", "baseline",
                "paired_problems", "paired_records", "dq", "dq_lo", "dq_hi", "mcnemar_p", "be_ratio",
                "be_ratio_lo", "be_ratio_hi", "be_vs_lossless", "tokens_per_s", "new_tokens", "target_calls",
@@ -325,7 +332,8 @@ def method_note(resamples: int = BOOTSTRAP_RESAMPLES, delta: str = "point − ba
             "two-sided test (greedy rows).")
     if "baseline" in delta:
         note += (" Baseline = lossless at the same T and γ, or the matched truncation baseline (minp at the same "
-                 "p_base for speccascade, eta at the same ε, δ for typical).")
+                 "p_base for speccascade, eta at the same ε, δ for typical), on the same draft shape (a tree "
+                 "point against the same tree).")
     return note
 
 
@@ -345,7 +353,7 @@ def summary_markdown(rows: list[dict], title: str = "", resamples: int = BOOTSTR
     return "\n".join(lines) + "\n\n" + method_note(resamples) + "\n"
 
 
-JSON_KEYS = ("label", "rule", "params", "temperature", "block_size", "seeds", "n", "problems", "correct",
+JSON_KEYS = ("label", "rule", "params", "temperature", "block_size", "tree", "seeds", "n", "problems", "correct",
              "quality", "quality_ci", "quality_ci_method", "block_efficiency", "be_ci", "baseline", "paired",
              "be_vs_lossless", "quality_vs_lossless", "tokens_per_s", "new_tokens", "target_calls", "draft_calls",
              "wall_time", "accept_hist")

@@ -37,9 +37,13 @@ def load_judge_once(path: str, judges: dict) -> tuple[object, str]:
     return judges[path]
 
 
+CHAIN = "chain"  # the `tree` sweep value of a plain chain of drafts
+
+
 @dataclass
 class EvalPoint:
-    """One point of a sweep: a rule with its parameters, decoded at one temperature, block size and seed."""
+    """One point of a sweep: a rule with its parameters, decoded at one temperature, block size and seed, on a
+    chain of drafts or a static draft tree (``tree``: its spec, the block size then being its depth)."""
 
     rule: str
     params: dict  # JSON-serialisable (a judge is its directory path)
@@ -47,13 +51,16 @@ class EvalPoint:
     block_size: int
     seed: int
     label: str = ""
+    tree: str | None = None
 
     def _key(self, with_seed: bool) -> str:
         import hashlib
         import json
 
+        # a chain point's key leaves the tree out, so keys written before trees existed still resume
         d = {"rule": self.rule, "params": self.params, "temperature": self.temperature,
-             "block_size": self.block_size, **({"seed": self.seed} if with_seed else {})}
+             "block_size": self.block_size, **({"seed": self.seed} if with_seed else {}),
+             **({"tree": self.tree} if self.tree is not None else {})}
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -65,7 +72,8 @@ class EvalPoint:
         return self._key(False)
 
 
-def point_label(rule: str, params: dict) -> str:
+def point_label(rule: str, params: dict, tree: str | None = None) -> str:
+    """What the summary calls a point: the rule and its parameters, and ``tree SPEC`` for a tree point."""
     from pathlib import Path
 
     from judgekit.decode.params import label_part
@@ -80,7 +88,17 @@ def point_label(rule: str, params: dict) -> str:
             parts.append(f"t={params['threshold_name']}({v:.3g})")
         else:
             parts.append(label_part(k, v))
-    return " ".join([rule, *parts])
+    return " ".join([rule, *parts, *([f"tree {tree}"] if tree is not None else [])])
+
+
+def tree_of(value: str | None):
+    """A sweep's tree value -> the parsed :class:`judgekit.decode.tree.TreeSpec`, or None for a chain (a bad
+    spec is one JudgekitError before any model loads)."""
+    if value is None or value == CHAIN:
+        return None
+    from judgekit.decode.tree import parse_tree
+
+    return parse_tree(value)
 
 
 @dataclass
@@ -93,13 +111,19 @@ class Sweep:
     temperatures: list[float] = field(default_factory=lambda: [0.0])
     block_sizes: list[int] = field(default_factory=lambda: [8])
     seeds: list[int] = field(default_factory=lambda: [0])
+    trees: list[str] = field(default_factory=lambda: [CHAIN])  # CHAIN or tree specs (2,2,1,1, eagle)
 
     def points(self, loaded: dict | None = None) -> list[EvalPoint]:
         """Every point; ``loaded`` caches the judges read (path -> (judge, digest)) for the run to reuse."""
         from judgekit.decode.params import combinations, rule_spec
 
+        from judgekit.decode.tree_verify import check_tree_rule
+
         loaded = {} if loaded is None else loaded
         out: list[EvalPoint] = []
+        # (tree spec or None, block sizes): a tree's depth is its block size
+        shapes = [(None, self.block_sizes) if t is None else (t.spec, [t.depth])
+                  for t in map(tree_of, self.trees)]
         for rule in self.rules:
             combos = combinations(rule, self.values)
             if rule_spec(rule).needs_judge:
@@ -107,13 +131,16 @@ class Sweep:
                     raise JudgekitError("rule judge needs --judge DIR (one or more trained judge directories)")
                 combos = [self._judge_params(j, c, loaded) for j in self.judges for c in combos]
             for params in combos:
-                self._check(rule, params, loaded)
-                for temp in self.temperatures:
-                    # Greedy decoding does not depend on the seed: one seed is enough.
-                    for seed in (self.seeds[:1] if temp == 0 else self.seeds):
-                        for gamma in self.block_sizes:
-                            out.append(EvalPoint(rule, params, float(temp), int(gamma), int(seed),
-                                                 point_label(rule, params)))
+                built = self._check(rule, params, loaded)
+                for tree, gammas in shapes:
+                    if tree is not None:
+                        check_tree_rule(built)
+                    for temp in self.temperatures:
+                        # Greedy decoding does not depend on the seed: one seed is enough.
+                        for seed in (self.seeds[:1] if temp == 0 else self.seeds):
+                            for gamma in gammas:
+                                out.append(EvalPoint(rule, params, float(temp), int(gamma), int(seed),
+                                                     point_label(rule, params, tree), tree))
         unique = {p.key: p for p in out}
         return list(unique.values())
 
@@ -131,11 +158,11 @@ class Sweep:
         return {**{k: v for k, v in combo.items() if k != T.name}, **params}
 
     @staticmethod
-    def _check(rule: str, params: dict, loaded: dict) -> None:
+    def _check(rule: str, params: dict, loaded: dict):
         """Build the rule once (with its loaded judge) so a bad parameter fails before any model loads."""
         from judgekit.decode.rules import make_rule
 
-        make_rule(rule, **rule_kwargs(params, loaded))
+        return make_rule(rule, **rule_kwargs(params, loaded))
 
 
 def rule_kwargs(params: dict, loaded: dict) -> dict:
@@ -209,6 +236,6 @@ def build_points(sweeps: list[dict], loaded: dict | None = None) -> list[EvalPoi
     for s in sweeps:
         sweep = Sweep(rules=list(s["rule"]), values={k: list(s[k]) for k in param_keys() if k in s},
                       judges=[str(j) for j in s.get("judge") or []], temperatures=list(s["temperature"]),
-                      block_sizes=list(s["block_size"]), seeds=list(s["seeds"]))
+                      block_sizes=list(s["block_size"]), seeds=list(s["seeds"]), trees=list(s["tree"]))
         points.extend(sweep.points(loaded))
     return list({p.key: p for p in points}.values())

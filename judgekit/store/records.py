@@ -46,9 +46,9 @@ from judgekit.store.shards import (
 )
 
 # 2: eval.json records the data file's sha256, records the judge's weights sha256; 3: records keep the problem's
-# prompt text and reference answer
-SCHEMA_VERSION = 3
-READABLE = (1, 2, 3)  # version 1 directories are still read (summaries, plots), never resumed
+# prompt text and reference answer; 4: records say which draft tree ran (null: a chain)
+SCHEMA_VERSION = 4
+READABLE = (1, 2, 3, 4)  # older directories are still read (summaries, plots), never resumed
 MANIFEST = KIND_FILES[EVAL]
 KIND = "judgekit.eval"
 PREFIX = "records"
@@ -85,6 +85,10 @@ def _schema(version: int) -> pa.Schema:
     fields += [
         ("temperature", pa.float64()),
         ("block_size", pa.int32()),
+    ]
+    if version >= 4:
+        fields.append(("tree", pa.string()))  # the static draft tree's spec (2,2,1,1, eagle); null for a chain
+    fields += [
         ("seed", pa.int64()),
         ("problem", pa.string()),
         ("completion_ids", pa.list_(pa.int32())),
@@ -172,6 +176,9 @@ def _read_shard(path: Path) -> pa.Table:
     for name in ("prompt", "reference"):  # versions 1 and 2 did not keep them
         if name not in table.column_names:
             table = table.add_column(table.column_names.index("rank"), name, pa.nulls(table.num_rows, pa.string()))
+    if "tree" not in table.column_names:  # before version 4 every point was a chain
+        table = table.add_column(table.column_names.index("block_size") + 1, "tree",
+                                 pa.nulls(table.num_rows, pa.string()))
     try:
         return table.cast(RECORD_SCHEMA)
     except (pa.ArrowException, ValueError) as err:

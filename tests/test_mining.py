@@ -363,3 +363,46 @@ def test_static_rows_feed_equals_transformers_rows_and_grows(pair):
                 np.testing.assert_allclose(g.hidden[layer].astype(np.float32), r.hidden[layer].astype(np.float32),
                                            atol=1e-2, rtol=1e-2)
     assert fast.rows.cache.max_len >= 32
+
+
+def test_lookup_drafter_proposes_each_rows_copy_within_its_limit():
+    from judgekit.decode.engine import LookupDrafter, SeqState
+
+    drafter = LookupDrafter(vocab=10, device=torch.device("cpu"))
+    seqs = [SeqState([1, 2, 3, 9, 1, 2], torch.Generator()), SeqState([4, 5], torch.Generator()),
+            SeqState([7, 1, 2], torch.Generator())]
+    for s, limit in zip(seqs, (3, 3, 1)):
+        s.limit = limit
+    drafter.references = {seqs[2]: [1, 2, 8, 8]}
+    prop = drafter.propose(seqs, 3)
+    assert prop.limits == [3, 0, 1]  # [3, 9, 1] (copied from itself), no match, [8] (its reference, cut at 1)
+    assert prop.tokens[0].tolist() == [3, 9, 1] and prop.tokens[2, :1].tolist() == [8]
+    assert prop.tokens.shape == (3, 3) and torch.equal(prop.q.argmax(-1), prop.tokens)
+    assert torch.equal(prop.q.sum(-1), torch.ones(3, 3))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_copy_draft_rollouts_are_plain_greedy_in_fewer_target_forwards(pair, batch_size, monkeypatch):
+    """The rollouts run on the engine's speculative step with a LookupDrafter: copying up to 8 tokens per step
+    gives exactly the results of one token per step (lookahead 0), with fewer target forwards per rollout."""
+    import judgekit.mine.miner as miner_mod
+
+    task = PrefixTask()
+    rows_stepped = {}
+    runs = {}
+    step = miner_mod.speculative_step
+    for look in (0, 8):
+        count = []
+
+        def counted(cfg, target, drafter, seqs, k, _count=count):
+            _count.append(len(seqs))
+            return step(cfg, target, drafter, seqs, k)
+
+        monkeypatch.setattr(miner_mod, "speculative_step", counted)
+        cfg = MineConfig(max_new_tokens=40, layers=(-1, 1), draft_features=True, lookahead=look)
+        runs[look] = sorted(Miner(pair, task, cfg, batch_size=batch_size).mine_many(task.load()),
+                            key=lambda r: r.problem.problem_id)
+        rows_stepped[look] = sum(count)
+    _same_results(runs[0], runs[8])
+    assert sum(len(r.records) for r in runs[8]) > 10
+    assert 0 < rows_stepped[8] < rows_stepped[0]  # (random tiny models re-join their response only sometimes)

@@ -11,7 +11,8 @@ Row invariant between steps: the target rows hold a sequence's committed tokens 
 (``t_len = len(ids) - 1``); a drafter's rows hold ``d_len`` of them, and it reads the rest first.
 
 A drafter is anything with ``admit`` / ``propose`` / ``commit`` / ``retire``. :class:`ModelDrafter` drafts
-with the draft model on its own rows. A tree drafter would return a proposal whose tokens carry a parent
+with the draft model on its own rows; :class:`LookupDrafter` copies a given continuation (prompt-lookup
+decoding: the miner's rollouts). A tree drafter would return a proposal whose tokens carry a parent
 structure and a tree attention mask for the target forward; :class:`Proposal` is the place for those fields
 (and the rows protocol's forward for the mask) — not built yet.
 """
@@ -53,6 +54,7 @@ class Proposal:
     q: Tensor
     q_shape: Tensor | None = None
     hidden: Tensor | None = None
+    limits: list[int] | None = None  # per row, drafts proposed when fewer than its limit (a lookup drafter)
 
 
 @dataclass
@@ -114,10 +116,11 @@ class ModelDrafter:
         layers = (-1,) if self.need_hidden else ()
         ids, lengths = pad_ids([s.ids[s.d_len:] for s in seqs], dev)
         starts = [s.d_len for s in seqs]
-        logits, states = self.rows.forward(rows, ids, starts, lengths, logit_cols=last_cols(lengths, dev),
-                                           hidden_layers=layers, replay=True)
-        at = torch.tensor([n - 1 for n in lengths], device=dev)
-        state = states[0][torch.arange(B, device=dev), at] if layers else None
+        cols = last_cols(lengths, dev)
+        logits, states = self.rows.forward(rows, ids, starts, lengths, logit_cols=cols, hidden_layers=layers,
+                                           replay=True)
+        state = states[0][torch.arange(B, device=dev), cols[:, 0]] if layers else None
+        nxt = [st + n for st, n in zip(starts, lengths)]  # where each row's next draft token is written
         tokens, qs, shapes, hiddens = [], [], [], []
         for i in range(k):
             if self.sampling.greedy:  # q's one-hot rows are built once, after the loop
@@ -133,8 +136,8 @@ class ModelDrafter:
             shapes.append(shape)
             hiddens.append(state)
             if i + 1 < k:
-                logits, states = self.rows.forward(rows, tok[:, None], [st + n + i for st, n in zip(starts, lengths)],
-                                                   hidden_layers=layers, replay=True)
+                logits, states = self.rows.forward(rows, tok[:, None], [p + i for p in nxt], hidden_layers=layers,
+                                                   replay=True)
                 state = states[0][:, -1] if layers else None
         x = torch.stack(tokens, 1)
         q = (torch.zeros(B, k, V, device=dev).scatter_(-1, x[..., None], 1.0) if self.sampling.greedy
@@ -147,6 +150,51 @@ class ModelDrafter:
         # The draft read the committed sequence and k - 1 drafts (the last draft was never fed).
         if k > 0:
             seq.d_len = base + min(n_accepted, k - 1)
+
+
+def lookup_draft(seq: list[int], reference: list[int], k: int, ngram: int = 3) -> list[int]:
+    """Up to k tokens that followed the latest occurrence of seq's last n-gram (n = ngram..1) in reference
+    or in seq itself (prompt-lookup decoding); [] if there is none. Pure and cheap: a few list scans."""
+    if k <= 0:
+        return []
+    for n in range(min(ngram, len(seq)), 0, -1):
+        tail = seq[-n:]
+        for source, stop in ((reference, len(reference)), (seq, len(seq) - 1)):
+            for i in range(stop - n, -1, -1):
+                if source[i: i + n] == tail:
+                    follow = list(source[i + n: i + n + k])
+                    if follow:
+                        return follow
+    return []
+
+
+class LookupDrafter:
+    """Drafts by copying instead of with a model (:func:`lookup_draft`): each sequence proposes what followed
+    its last n-gram in its reference (``references[seq]``, set by the caller before a step) or in itself.
+    No rows and no forwards; proposals are one-hot, so it serves greedy rules that read neither shapes nor
+    draft states (the miner's rollouts, which mostly re-join an earlier response). A row with no match
+    proposes nothing: its block is the target's own next token, as a plain greedy step."""
+
+    def __init__(self, vocab: int, device, ngram: int = 3):
+        self.vocab, self.device, self.ngram = vocab, device, ngram
+        self.references: dict[SeqState, list[int]] = {}
+
+    def admit(self, seqs: Sequence[SeqState]) -> None:
+        pass
+
+    def retire(self, seq: SeqState) -> None:
+        self.references.pop(seq, None)
+
+    def propose(self, seqs: Sequence[SeqState], k: int) -> Proposal:
+        drafts = [lookup_draft(s.ids, self.references.get(s, []), min(k, s.limit), self.ngram) for s in seqs]
+        width = max(map(len, drafts))
+        x = torch.tensor([d + [0] * (width - len(d)) for d in drafts], dtype=torch.long,
+                         device=self.device).view(len(seqs), width)  # padding after a row's drafts: never accepted
+        q = torch.zeros(len(seqs), width, self.vocab, device=self.device).scatter_(-1, x[..., None], 1.0)
+        return Proposal(x, q, limits=[len(d) for d in drafts])
+
+    def commit(self, seq: SeqState, base: int, n_accepted: int, k: int) -> None:
+        pass
 
 
 @dataclass
@@ -176,7 +224,8 @@ def speculative_step(cfg: StepConfig, target: KVRows, drafter: Drafter, seqs: Se
     p, p_shape = to_probs(logits, cfg.sampling, cfg.need_shape)
     hidden = states[0][:, 1:] if layers else None  # the target's state after reading each drafted token
     ctx = RuleContext(p_shape, proposal.q_shape, hidden, draft_hidden=proposal.hidden)
-    n, nxt = verify_batch(cfg.rule, p, proposal.q, x, ctx, [s.limit for s in seqs], cfg.sampling.greedy,
+    limits = proposal.limits if proposal.limits is not None else [s.limit for s in seqs]
+    n, nxt = verify_batch(cfg.rule, p, proposal.q, x, ctx, limits, cfg.sampling.greedy,
                           [s.generator for s in seqs])
     host = torch.cat([n[:, None], nxt[:, None], x], 1).tolist()  # the one host sync of the step
     out = []

@@ -210,7 +210,7 @@ class FastLM:
 
     def _rms(self, x: Tensor, w: Tensor) -> Tensor:
         if x.dtype == torch.float32:  # one fused kernel; the same arithmetic as transformers' in float32
-            return F.rms_norm(x, w.shape, w, self.eps)
+            return torch.rms_norm(x, w.shape, w, self.eps)  # not F.rms_norm: its Python wrapper, per call
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * xf.to(x.dtype)

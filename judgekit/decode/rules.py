@@ -88,6 +88,8 @@ class Rule:
     name: ClassVar[str] = "lossless"
     needs_hidden: ClassVar[bool] = False  # reads the target's hidden states (judge)
     needs_shape: ClassVar[bool] = False  # decides on the distributions' shape (fuzzy, truncation sets)
+    # With one-hot p and q (greedy) the acceptance is exactly 0 or 1, so the verifier draws no uniforms.
+    greedy_exact: ClassVar[bool] = False
 
     def acceptance(self, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext) -> Tensor:
         return _ratio(_gather(p, x), _gather(q, x)).clamp(max=1.0)
@@ -118,7 +120,7 @@ class Rule:
 
 
 class Lossless(Rule):
-    pass
+    greedy_exact: ClassVar[bool] = True  # h = p(x) / q(x) with q(x) = 1 and p(x) in {0, 1}
 
 
 @dataclass

@@ -62,12 +62,17 @@ class StaticRows:
         for s, row in enumerate(self.slots):
             row.slot = s
 
-    @torch.inference_mode()
     def forward(self, rows: Sequence[Row], ids: Tensor, starts: Sequence[int], lengths: Sequence[int] | None = None,
                 *, logit_cols: Tensor | None = None, hidden_layers: tuple[int, ...] = (), replay: bool = False,
                 tree: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
         """The protocol's forward; ``tree`` (slots, positions, mask offsets: :meth:`FastLM.forward`) feeds
         draft-tree columns, never through a CUDA graph."""
+        # Inference mode, entered here only when the caller has not: the decorator's context manager costs
+        # ~7 Python calls per forward, a few per cent of a batch-1 step of a small model.
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self.forward(rows, ids, starts, lengths, logit_cols=logit_cols, hidden_layers=hidden_layers,
+                                    replay=replay, tree=tree)
         B, T = ids.shape
         dev = self.lm.device
         need = max(starts) + (T if tree is None else max(T, int(tree[2].shape[1])))  # padded columns write
@@ -76,9 +81,10 @@ class StaticRows:
             self.cache = self.lm.new_cache(len(self.slots), max(self.max_len, need))
         elif need > self.cache.max_len:
             self._resize(len(self.slots), max(need, 2 * self.cache.max_len), list(range(len(self.slots))))
-        used = [s for s, r in enumerate(self.slots) if r is not None]
-        if len(used) < len(self.slots) and sorted(r.slot for r in rows) == used:
-            self._shrink(used)
+        if None in self.slots:  # free slots: shrink once a forward covers every live row
+            used = [s for s, r in enumerate(self.slots) if r is not None]
+            if sorted(r.slot for r in rows) == used:
+                self._shrink(used)
         want = [r.slot for r in rows]
         layers = tuple(hidden_layers) or None
         cols = logit_cols

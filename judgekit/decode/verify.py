@@ -24,11 +24,11 @@ from torch import Tensor
 from judgekit.decode.rules import Rule, RuleContext, sample
 
 
-def _rows(t: Tensor | None, idx: Tensor) -> Tensor | None:
-    """t[b, idx[b]] for every b (t: [B, n, ...])."""
+def _rows(t: Tensor | None, idx: Tensor, rows: Tensor) -> Tensor | None:
+    """t[b, idx[b]] for every b (t: [B, n, ...]; rows = arange(B))."""
     if t is None:
         return None
-    return t[torch.arange(t.shape[0], device=t.device), idx]
+    return t[rows, idx]
 
 
 Generators = torch.Generator | list[torch.Generator] | None
@@ -79,19 +79,23 @@ def verify_batch(rule: Rule, p: Tensor, q: Tensor, x: Tensor, ctx: RuleContext,
         flat_ctx = RuleContext(_flat(ctx.p_shape, k), _flat(ctx.q_shape, k), _flat(ctx.hidden, k),
                                draft_hidden=_flat(ctx.draft_hidden, k))
         h = rule.acceptance(_flat(p, k), _flat(q, k), x.reshape(-1), flat_ctx).view(B, k).float()
-        accepted = uniform((B, k), generator, dev, host_limits) < h
+        if greedy and rule.greedy_exact:  # h is 0 or 1: u < h for every u in [0, 1) is h == 1
+            accepted = h > 0.5
+        else:
+            accepted = uniform((B, k), generator, dev, host_limits) < h
         accepted &= torch.arange(k, device=dev)[None] < limit[:, None]
         n = accepted.long().cumprod(1).sum(1)
     else:
         n = torch.zeros(B, dtype=torch.long, device=dev)
     # The emitted token: the residual at a real rejection, else the bonus token after the (limited) block.
     at = n.clamp(max=max(k - 1, 0))
-    p_n = _rows(p, n)
-    bonus = rule.bonus(p_n, RuleContext(_rows(ctx.p_shape, n), None, None))
+    rows = torch.arange(B, device=dev)
+    p_n = _rows(p, n, rows)
+    bonus = rule.bonus(p_n, RuleContext(_rows(ctx.p_shape, n, rows), None, None))
     if k > 0:
-        row_ctx = RuleContext(_rows(ctx.p_shape, at), _rows(ctx.q_shape, at), _rows(ctx.hidden, at),
-                              draft_hidden=_rows(ctx.draft_hidden, at))
-        residual = rule.residual(_rows(p, at), _rows(q, at), row_ctx)
+        row_ctx = RuleContext(_rows(ctx.p_shape, at, rows), _rows(ctx.q_shape, at, rows),
+                              _rows(ctx.hidden, at, rows), draft_hidden=_rows(ctx.draft_hidden, at, rows))
+        residual = rule.residual(_rows(p, at, rows), _rows(q, at, rows), row_ctx)
         dist = torch.where((n < limit)[:, None], residual, bonus)
     else:
         dist = bonus

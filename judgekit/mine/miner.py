@@ -37,9 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generator, Iterator
 
 import numpy as np
+import torch
 
 from judgekit.decode.backends import fast_models, make_rows
+from judgekit.decode.engine import LookupDrafter, SeqState, StepConfig, StepResult, speculative_step
+from judgekit.decode.engine import lookup_draft  # noqa: F401  (its home before the engine had a lookup drafter)
 from judgekit.decode.rows import Row
+from judgekit.decode.rules import make_rule
+from judgekit.decode.sampling import SamplingConfig
 from judgekit.mine.rows import RowFeeder
 from judgekit.decode.generation import eos_ids
 from judgekit.models import ModelPair, encode_prompt
@@ -109,22 +114,6 @@ class ProblemResult:
         }
 
 
-def lookup_draft(seq: list[int], reference, k: int, ngram: int = 3) -> list[int]:
-    """Up to k tokens that followed the latest occurrence of seq's last n-gram (n = ngram..1) in reference
-    or in seq itself (prompt-lookup decoding); [] if there is none. Pure and cheap: a few list scans."""
-    if k <= 0:
-        return []
-    for n in range(min(ngram, len(seq)), 0, -1):
-        tail = seq[-n:]
-        for source, stop in ((reference, len(reference)), (seq, len(seq) - 1)):
-            for i in range(stop - n, -1, -1):
-                if source[i: i + n] == tail:
-                    follow = list(source[i + n: i + n + k])
-                    if follow:
-                        return follow
-    return []
-
-
 @dataclass
 class _Score:
     """A request to score a completion with the task (may run a program's tests in the sandbox)."""
@@ -144,12 +133,21 @@ class _Feed:
 
 
 @dataclass
+class _Step:
+    """A request from a rollout: one speculative step of its sequence, copy drafts from ``reference`` verified
+    by the target (:class:`judgekit.decode.engine.LookupDrafter` on :func:`speculative_step`)."""
+
+    seq: SeqState
+    reference: list[int]
+
+
+@dataclass
 class _Slot:
     """A problem being mined: its coroutine, its models' row caches, its pending request, its scoring job."""
 
     steps: Generator
     caches: dict[str, Row]  # per model: its KV row
-    request: _Feed | _Score
+    request: _Feed | _Step | _Score
     scoring: Future | None = None
 
 
@@ -174,6 +172,7 @@ class Miner:
         self.batch_size = batch_size
         self.eos = eos_ids(pair)
         self.tokenizer = pair.tokenizer
+        self._generator = torch.Generator(device=pair.device)  # greedy steps draw nothing from it
 
     # -- outcomes -------------------------------------------------------------------------------------------
     def _text(self, completion: list[int]) -> str:
@@ -219,6 +218,7 @@ class Miner:
         lms = self._fast or (None, None)
         rows = {name: RowFeeder(make_rows(model, vocab, lm, max_len))
                 for name, model, lm in zip(("target", "draft"), (self.pair.target, self.pair.draft), lms)}
+        lookup = LookupDrafter(vocab, self.pair.device)
 
         def start_next() -> bool:
             problem = next(pending, None)
@@ -244,6 +244,7 @@ class Miner:
                                           all_positions=reqs[0].all_positions,
                                           hidden_layers=tuple(sorted({l for r in reqs for l in r.hidden_layers})))
                     replies.update(zip(idx, out))
+            replies.update(self._rollout_steps(active, rows["target"], lookup))
             futures = [slot.scoring for slot in active if slot.scoring is not None]
             if futures and not replies:  # nothing else to do: wait for a score
                 wait(futures, return_when=FIRST_COMPLETED)
@@ -267,6 +268,23 @@ class Miner:
             while len(active) < self.batch_size and start_next():
                 pass
 
+    _STEP = StepConfig(make_rule("lossless"), SamplingConfig())  # greedy: the rollout is the target's argmax
+
+    def _rollout_steps(self, active: list[_Slot], target: RowFeeder, lookup: LookupDrafter) -> dict[int, StepResult]:
+        """The pending rollout steps of all problems as one :func:`speculative_step` on the target's rows."""
+        steps = [(i, slot.request) for i, slot in enumerate(active) if isinstance(slot.request, _Step)]
+        if not steps:
+            return {}
+        for i, req in steps:
+            req.seq.target = active[i].caches["target"]
+        steps.sort(key=lambda e: e[1].seq.target.slot)  # slot order: the static cache runs as it is
+        seqs = [req.seq for _, req in steps]
+        lookup.references = {req.seq: req.reference for _, req in steps}
+        results = speculative_step(self._STEP, target.rows, lookup, seqs, max(s.limit for s in seqs))
+        for s in seqs:
+            target.holds(s.target, s.ids[: s.t_len])
+        return {i: res for (i, _), res in zip(steps, results)}
+
     @staticmethod
     def _groups(active: list[_Slot], name: str):
         """Requests for one model, split by kind (teacher forcing vs generation) so each runs as one forward."""
@@ -278,34 +296,34 @@ class Miner:
         return list(kinds.values())
 
     # -- the algorithm, one problem -------------------------------------------------------------------------
-    def _rollout(self, prompt: list[int], completion: list[int], reference: list[int] = ()):
+    def _rollout(self, prompt: list[int], completion: list[int], reference: list[int]):
         """Greedy target completion of prompt + completion, stopped once the outcome is fixed.
 
         Returns the generated tokens and the hidden states (requested layers) after reading the last given
-        token. Greedy decoding is verified speculatively against copy drafts (:func:`lookup_draft`): after
-        a substitution the target mostly re-joins the previous response, and one forward then checks up to
-        ``lookahead`` copied tokens — the output is the plain greedy one, in far fewer forwards.
+        token. Greedy decoding is verified speculatively against copy drafts: after a substitution the target
+        mostly re-joins the previous response, so each step (:class:`_Step`, one :func:`speculative_step` with
+        a :class:`LookupDrafter` for every problem at once) checks up to ``lookahead`` copied tokens — the
+        output is the plain greedy one, in far fewer forwards.
         """
         reply = yield _Feed("target", prompt + completion, hidden_layers=self.cfg.layers)
         hidden = {layer: h[0] for layer, h in reply.hidden.items()}
         generated: list[int] = []
         budget = self.cfg.max_new_tokens
-        proposals = [reply.argmax[-1]]  # greedy tokens known so far, first one verified by construction
-        while proposals:
-            for tok in proposals:
-                if self._finished(completion + generated) or len(completion) + len(generated) >= budget:
+        done = lambda: self._finished(completion + generated) or len(completion) + len(generated) >= budget  # noqa: E731
+        new = [reply.argmax[-1]]  # greedy tokens known so far, first one verified by construction
+        seq = None  # the rollout's sequence on the target's row (which holds all of it but the last token)
+        while True:
+            for tok in new:
+                if done():
                     return generated, hidden
                 generated.append(tok)
-            if self._finished(completion + generated) or len(completion) + len(generated) >= budget:
-                break
-            seq = prompt + completion + generated
-            room = budget - len(completion) - len(generated) - 1
-            drafts = lookup_draft(seq, reference, min(self.cfg.lookahead, room)) if room > 0 else []
-            reply = yield _Feed("target", seq + drafts, all_positions=bool(drafts))
-            preds = reply.argmax[len(seq) - 1 - reply.common:] if drafts else reply.argmax[-1:]
-            n = next((i for i, d in enumerate(drafts) if preds[i] != d), len(drafts))
-            proposals = drafts[:n] + [preds[n]]
-        return generated, hidden
+            if done():
+                return generated, hidden
+            if seq is None:
+                seq = SeqState(prompt + completion + generated, self._generator)
+            seq.limit = max(0, min(self.cfg.lookahead, budget - len(completion) - len(generated) - 1))
+            step = yield _Step(seq, reference)
+            new = step.emitted
 
     def _mine_steps(self, problem: Problem):
         start = time.perf_counter()

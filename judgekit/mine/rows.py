@@ -68,6 +68,10 @@ class RowFeeder:
         del self.held[row]
         self.rows.release(row)
 
+    def holds(self, row: Row, ids: list[int]) -> None:
+        """Record that ``row`` now holds ``ids`` (after a forward outside :meth:`feed`: a speculative step)."""
+        self.held[row] = ids
+
     def feed(self, rows: list[Row], seqs: list[list[int]], *, all_positions: bool = False,
              hidden_layers: tuple[int, ...] = ()) -> list[FeedResult]:
         """Make each row hold its sequence; return greedy predictions (and hidden states) for each row.

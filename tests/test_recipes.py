@@ -65,3 +65,32 @@ def test_shell_recipe_commands_parse(script):
     for line in lines:
         args = parser.parse_args(_glue_negative_lists(shlex.split(line)[1:]))  # argparse exits (a test error) on an unknown flag
         assert args.command in ("mine", "train")
+
+
+def test_tree_table_script_pairs_the_eval_directory_points(tmp_path):
+    """eval/tree_table.py (the README's pocket tree table): its rows are the summaries' paired statistics of the
+    records, chain and tree, and the difference in differences pairs the same problems."""
+    import sys
+
+    from judgekit.evaluate.report import load_rows
+    from judgekit.evaluate.summary import compare_rows
+
+    out = tmp_path / "ev"
+    assert main(["eval", "--task", "pocket-math", "--target", "pocket-target", "--draft", "pocket-draft",
+                 "--threads", "1", "--rule", "lossless", "speccascade", "minp", "typical", "eta", "--p-base", "0.1",
+                 "--epsilon", "0.05", "--delta", "0.3", "--temperature", "1.0", "--limit", "4", "--max-new-tokens",
+                 "24", "--block-size", "2", "--tree", "chain", "2,1:topk", "--out", str(out), "--quiet"]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "tree_table.py"), str(out), "--trees", "2,1:topk"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = {r["label"]: r for r in load_rows([str(out)])[0]}
+    for shape, suffix in (("chain", ""), ("tree 2,1:topk", " tree 2,1:topk")):
+        p = compare_rows(rows["speccascade p_base=0.1" + suffix], rows["minp p_base=0.1" + suffix])
+        line = next(ln for ln in lines if ln.startswith(f"| {shape} | speccascade − minp |"))
+        assert f"| {p['paired_problems']} / {p['paired_records']} |" in line and f"{100 * p['dq']:+.1f} [" in line
+        assert p['be_ratio'] != 1.0 and f"| {p['be_ratio']:.3f} [{p['be_ratio_ci'][0]:.3f}," in line  # a / b, not b / a
+    gaps = [ln for ln in lines if ln.startswith("| speccascade − minp, tree 2,1:topk |")
+            or ln.startswith("| typical − eta, tree 2,1:topk |")]
+    assert len(gaps) == 2 and all(ln.split("|")[2].strip() == "4" for ln in gaps)  # the 4 problems, paired

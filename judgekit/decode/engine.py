@@ -88,14 +88,11 @@ def _device(seqs: Sequence[SeqState]):
     return seqs[0].generator.device
 
 
-class ModelDrafter:
-    """Drafts with a draft model on its own KV rows: k forwards per step (the first reads each row's unread
-    tokens, 1 or 2, the rest one token), sampling with each sequence's generator (greedy: the argmax)."""
+class DraftRowsLifecycle:
+    """A drafter that owns one row of the draft model's KV rows per sequence (chains and trees alike):
+    a row is acquired and prefilled on admission and released on retirement."""
 
-    def __init__(self, rows: KVRows, sampling: SamplingConfig, need_shape: bool = False, need_hidden: bool = False,
-                 hidden_size: int = 0):
-        self.rows, self.sampling = rows, sampling
-        self.need_shape, self.need_hidden, self.hidden_size = need_shape, need_hidden, hidden_size
+    rows: KVRows
 
     def admit(self, seqs: Sequence[SeqState]) -> None:
         for s in seqs:
@@ -105,6 +102,16 @@ class ModelDrafter:
 
     def retire(self, seq: SeqState) -> None:
         self.rows.release(seq.draft)
+
+
+class ModelDrafter(DraftRowsLifecycle):
+    """Drafts with a draft model on its own KV rows: k forwards per step (the first reads each row's unread
+    tokens, 1 or 2, the rest one token), sampling with each sequence's generator (greedy: the argmax)."""
+
+    def __init__(self, rows: KVRows, sampling: SamplingConfig, need_shape: bool = False, need_hidden: bool = False,
+                 hidden_size: int = 0):
+        self.rows, self.sampling = rows, sampling
+        self.need_shape, self.need_hidden, self.hidden_size = need_shape, need_hidden, hidden_size
 
     def propose(self, seqs: Sequence[SeqState], k: int) -> Proposal:
         dev, B, V = _device(seqs), len(seqs), self.rows.vocab

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from judgekit.decode.engine import SeqState, StepConfig, StepResult, _device, prefill
+from judgekit.decode.engine import DraftRowsLifecycle, SeqState, StepConfig, StepResult, _device
 from judgekit.decode.rows import KVRows, last_cols, pad_ids
 from judgekit.decode.rules import RuleContext
 from judgekit.decode.sampling import SamplingConfig, to_probs
@@ -43,7 +43,7 @@ def draw_without_replacement(probs: Tensor, m: int, generators: Sequence[torch.G
     return (probs.log() + gumbel).topk(m, -1).indices
 
 
-class TreeDrafter:
+class TreeDrafter(DraftRowsLifecycle):
     """Drafts a static tree per step with the draft model on its own static rows and verifies it itself
     (:func:`judgekit.decode.engine.speculative_step` hands it the step). ``need_hidden``: keep the draft's
     final hidden state [H_d] at every node (a target+draft judge's features)."""
@@ -60,15 +60,6 @@ class TreeDrafter:
         # each level's nodes are a contiguous index range (parents precede children)
         self.levels = [(int((depth < d).sum()), int((depth <= d).sum())) for d in range(spec.depth + 1)]
         self.slot_of = torch.arange(self.tree.n, device=dev)
-
-    def admit(self, seqs: Sequence[SeqState]) -> None:
-        for s in seqs:
-            s.draft = self.rows.acquire()
-            s.d_len = len(s.ids) - 1
-        prefill(self.rows, lambda s: s.draft, seqs)
-
-    def retire(self, seq: SeqState) -> None:
-        self.rows.release(seq.draft)
 
     def _children(self, probs: Tensor, shape: Tensor, parents: tuple[int, int], seqs, level: int
                   ) -> tuple[Tensor, Tensor]:

@@ -78,3 +78,24 @@ def test_bench_eval_repeats_alternate_and_report_medians(tmp_path, monkeypatch):
     assert order == [1, 2, 2, 1, 1, 2] and identical
     assert [t.batch_size for t in timings] == [1, 2] and all(t.problems == 2 and t.cpu_s > 0 for t in timings)
     assert len(list(tmp_path.iterdir())) == 6
+
+
+def test_bench_decode_rounds_rotate_and_report_medians():
+    """Decoders run in interleaved rounds (each in every slot over the rounds) and each Timing is the median
+    round, not the sum or the last one."""
+    from judgekit.benchmarks.decode import interleaved_rounds, round_order
+
+    assert [round_order(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    calls, clock = [], iter([5.0, 1.0, 2.0, 9.0, 3.0, 4.0])  # a: 5, 9, 3 -> median 5; b: 1, 2, 4 -> 2
+
+    def run_one(fn):
+        calls.append(fn())
+        secs = next(clock)
+        return secs, secs / 2, [[1, 2, 3]]
+
+    timings, outputs = interleaved_rounds({"a": lambda: "a", "b": lambda: "b"}, run_one, 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert (timings["a"].seconds, timings["a"].cpu_seconds) == (5.0, 2.5)
+    assert (timings["b"].seconds, timings["b"].cpu_seconds) == (2.0, 1.0)
+    assert timings["a"].new_tokens == 3 and len(outputs["a"]) == 3

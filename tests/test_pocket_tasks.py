@@ -94,10 +94,13 @@ def test_hard_math_is_harder_and_its_gold_answers_are_right():
         for style in ("target", "draft"):
             text = get_task("pocket-math-hard", style=style).reference_completion(p, rng)
             assert task.grade(p, task.extract_outcome(p, text)) and text.rstrip().endswith(f"#### {p.reference}")
-    # the hard level is longer than the easy one and its numbers larger
+    # the hard level is longer than the easy one (every problem at least as long as the longest easy one, and
+    # longer on average), its answers larger on average, and every operand at most two digits (HARD_MAX 100)
     easy = get_task("pocket-math").load("test", limit=120)
     assert min(p.meta["steps"] for p in problems) >= max(p.meta["steps"] for p in easy)
-    assert sum(int(p.reference) for p in problems) > 2 * sum(int(p.reference) for p in easy)
+    assert sum(p.meta["steps"] for p in problems) > 1.2 * sum(p.meta["steps"] for p in easy) * len(problems) / len(easy)
+    assert sum(int(p.reference) for p in problems) > 1.5 * sum(int(p.reference) for p in easy)
+    assert HARD_MAX == 100 and all(s.a < 100 and s.b < 100 for p in problems for s in task.steps(p))
 
 
 EASY_TEMPLATES_BEFORE, EASY_REFERENCES_BEFORE = ["bus", "bus", "reading"], ["37", "14", "21"]

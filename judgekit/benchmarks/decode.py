@@ -64,6 +64,7 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     output). ``cuda_graphs`` adds judgekit's fast path with CUDA-graph replay of its steps (GPU only);
     ``tree`` (a `--tree` spec) adds judgekit drafting that static tree ("judgekit tree"; the fast path where
     the pair has one, else the transformers backend).
+    With ``repeats`` > 1 the decoders run in interleaved rounds and each Timing is the median round.
     Returns (timings, identical?)."""
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.decode.fastmodel import fast_unsupported
@@ -129,17 +130,7 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     with torch.inference_mode():
         for fn in methods.values():  # warm-up: kernels, allocator, lazy inits (and compilation)
             fn([p[:8] for p in prompts[:batch_size]])
-        timings, outputs = {}, {}
-        for name, fn in methods.items():
-            total, cpu, toks, outs = 0.0, 0.0, 0, []
-            for _ in range(repeats):
-                secs, cpu_secs, out = timed(lambda: fn(prompts), dev)
-                total += secs
-                cpu += cpu_secs
-                toks += sum(len(o) for o in out)
-                outs.extend(out)
-            timings[name] = Timing(name, total, toks, cpu)
-            outputs[name] = outs
+        timings, outputs = interleaved_rounds(methods, lambda fn: timed(lambda: fn(prompts), dev), repeats)
     # What each judgekit path holds beyond the models' own parameters (weights, tables; not KV caches).
     from judgekit.decode.backends import held_bytes
 
@@ -153,6 +144,34 @@ def run_decode_bench(pair, prompts: list[list[int]], gamma: int, max_new_tokens:
     reference = outputs["HF target-only"]
     identical = all(out == reference for out in outputs.values())
     return list(timings.values()), identical
+
+
+def round_order(names: list[str], round_: int) -> list[str]:
+    """The decoders' order in one round: rotated by one each round, so over the rounds every decoder runs in
+    every slot and a slow spell of a shared machine falls on all of them, not on whichever ran last."""
+    k = round_ % len(names)
+    return names[k:] + names[:k]
+
+
+def interleaved_rounds(methods: dict, run_one, repeats: int) -> tuple[dict[str, Timing], dict[str, list]]:
+    """Time each method ``repeats`` times in interleaved rounds (:func:`round_order`); a method's Timing is its
+    median round (wall and CPU seconds each their own median), its outputs those of every round."""
+    import statistics
+
+    names = list(methods)
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
+    tokens: dict[str, int] = {}
+    outputs: dict[str, list] = {n: [] for n in names}
+    for round_ in range(repeats):
+        for name in round_order(names, round_):
+            secs, cpu_secs, out = run_one(methods[name])
+            walls[name].append(secs)
+            cpus[name].append(cpu_secs)
+            tokens[name] = sum(len(o) for o in out)
+            outputs[name].extend(out)
+    timings = {n: Timing(n, statistics.median(walls[n]), tokens[n], statistics.median(cpus[n])) for n in names}
+    return timings, outputs
 
 
 def param_bytes(model) -> int:

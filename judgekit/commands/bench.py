@@ -40,6 +40,8 @@ def run_decode(args) -> int:
     from judgekit.benchmarks import format_report, run_decode_bench, synthetic_pair
     from judgekit.models import load_model_pair
 
+    if args.repeats < 1:
+        raise JudgekitError(f"--repeats must be >= 1, got {args.repeats}")
     if args.threads:
         torch.set_num_threads(args.threads)
     kind = args.pair
@@ -61,8 +63,9 @@ def run_decode(args) -> int:
                                           args.batch_size, args.compile, cuda_graphs=args.cuda_graphs,
                                           tree=args.tree)
     title = (f"pair {pair.target_name} / {pair.draft_name} on {pair.device} ({str(pair.dtype).replace('torch.', '')}), "
-             f"gamma={args.block_size}, {len(prompts)} prompts x {args.repeats}, batch size {args.batch_size}, "
-             f"max_new_tokens={args.max_new_tokens}" + (f", tree {args.tree}" if args.tree else ""))
+             f"gamma={args.block_size}, {len(prompts)} prompts, batch size {args.batch_size}, "
+             f"max_new_tokens={args.max_new_tokens}" + (f", tree {args.tree}" if args.tree else "")
+             + (f"; median of {args.repeats} interleaved rounds" if args.repeats > 1 else ""))
     print(format_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical else 1
 
@@ -147,7 +150,8 @@ def register(sub) -> None:
     d.add_argument("--prompt-len", type=int, default=32, help="prompt length for synthetic pairs")
     d.add_argument("--block-size", type=int, default=8)
     d.add_argument("--max-new-tokens", type=int, default=128)
-    d.add_argument("--repeats", type=int, default=1)
+    d.add_argument("--repeats", type=int, default=1,
+                   help="interleaved rounds (each decoder once per round, the order rotated); the median is reported")
     d.add_argument("--batch-size", type=int, default=1,
                    help="prompts decoded together by HF target-only generate and judgekit (both backends)")
     d.add_argument("--compile", action="store_true", help="torch.compile the fast path's forwards")

@@ -46,7 +46,7 @@ from judgekit.decode.rows import Row
 from judgekit.decode.rules import make_rule
 from judgekit.decode.sampling import SamplingConfig
 from judgekit.mine.rows import RowFeeder
-from judgekit.decode.generation import eos_ids
+from judgekit.decode.generation import eos_ids, text_decoder
 from judgekit.models import ModelPair, encode_prompt
 from judgekit.tasks.base import Problem, Task
 
@@ -172,11 +172,12 @@ class Miner:
         self.batch_size = batch_size
         self.eos = eos_ids(pair)
         self.tokenizer = pair.tokenizer
+        self._decode = text_decoder(pair.tokenizer)
         self._generator = torch.Generator(device=pair.device)  # greedy steps draw nothing from it
 
     # -- outcomes -------------------------------------------------------------------------------------------
     def _text(self, completion: list[int]) -> str:
-        return self.tokenizer.decode(completion, skip_special_tokens=True)
+        return self._decode(completion)
 
     def _finished(self, completion: list[int]) -> bool:
         """The completion cannot change its outcome any more: EOS, a stop string, or a fixed outcome."""

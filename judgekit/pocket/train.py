@@ -186,7 +186,8 @@ def hard_specs(root: Path | None = None) -> dict[str, TrainSpec]:
     common = dict(batch_size=16, lr=1.5e-3, warmup=20, hard_fraction=0.6, math_fraction=0.25)
     # The draft gets fewer steps than the target (as the shipped pair): a real small draft is the weaker model
     # on the same data, its slips on the same hard digits where the target is itself unsure.
-    return {"hard-target": TrainSpec(arch=dict(TARGET_ARCH), init_from=str(root / "target"), steps=1200, **common),
+    return {"hard-target": TrainSpec(arch=dict(TARGET_ARCH), init_from=str(root / "target"), steps=750,
+                                     schedule_steps=1500, **common),
             "hard-draft": TrainSpec(arch=dict(DRAFT_ARCH), init_from=str(root / "draft"), style="draft", steps=600,
                                     **common)}
 

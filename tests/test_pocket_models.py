@@ -265,7 +265,7 @@ def test_pocket_eval_takes_the_pocket_tasks_only():
 # ---- the hard pair (pocket-hard-target / pocket-hard-draft, data/pocket/README.md "The hard task") ----------------
 hard_shipped = pytest.mark.skipif(not (POCKET_DIR / "hard-target" / "model.safetensors").exists(),
                                   reason="hard pair not trained (run `judgekit pocket train --recipe hard`)")
-HARD_SAMPLE = 48  # the first held-out problems of pocket-math-hard (seed 0): one greedy batch, a few seconds
+HARD_SAMPLE = 128  # the first held-out problems of pocket-math-hard (seed 0): two greedy batches, a few seconds
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +287,9 @@ def hard_run():
 @hard_shipped
 def test_hard_pair_loads_by_alias_and_keeps_its_bounds_on_a_fixed_sample(hard_run):
     """The issue's bounds on the fixed sample: target accuracy 55-80 %, lossless greedy BE 3-5.5 at gamma 8, and
-    the draft's wrong tokens mostly inside the target's min-p 0.1 and eta sets at T = 1 (data/pocket/README.md;
-    a pair outside them, such as the step-600 checkpoint there at 8 % on this sample, fails)."""
+    the draft's wrong tokens mostly inside the target's min-p 0.1 and eta sets at T = 1 (data/pocket/README.md:
+    the shipped pair gives 78/128 = 60.9 %, BE 4.84, 72 % / 73 % inside; the step-1000 checkpoint of the
+    learning curve, at 86 % of 100 problems, or one from step 600 or before, fails)."""
     from judgekit.pocket.evaluate import allowed_share, draft_argmax
 
     pair, task, problems, prompts, responses = hard_run

@@ -48,7 +48,7 @@ class SpeculativeDecoder:
         self.gamma = block_size
         self.sampling = sampling or SamplingConfig()
         # A trained judge says which hidden-state layer it reads and whether it needs the draft's state too;
-        # every caller (generate, evaluate_rule, ...) gets this right by construction. hidden_layer overrides.
+        # every caller (generate, eval, the miner) gets this right by construction. hidden_layer overrides.
         self.hidden_layer, self.need_draft_hidden = judge_features(rule, hidden_layer)
         self.need_shape = bool(getattr(rule, "needs_shape", False))
         self.eos = eos_ids(pair)

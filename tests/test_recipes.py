@@ -94,3 +94,39 @@ def test_tree_table_script_pairs_the_eval_directory_points(tmp_path):
     gaps = [ln for ln in lines if ln.startswith("| speccascade − minp, tree 2,1:topk |")
             or ln.startswith("| typical − eta, tree 2,1:topk |")]
     assert len(gaps) == 2 and all(ln.split("|")[2].strip() == "4" for ln in gaps)  # the 4 problems, paired
+
+
+def test_truncation_mass_reads_each_rules_induced_distribution_at_result_digits():
+    """eval/truncation_mass.py (the README's explanation of SpecCascade vs min-p on the hard pair): the masks
+    pick the result digits only, and each entry is the mass of that rule's induced distribution on the gold token
+    — min-p's is p truncated and renormalised, SpecCascade's q truncated to the same set; with the draft equal to
+    the target the two coincide, with another draft they do not."""
+    import importlib.util
+
+    import torch
+
+    from judgekit.decode.rules import make_rule
+    from judgekit.models import load_model_pair
+    from judgekit.tasks import get_task
+
+    spec = importlib.util.spec_from_file_location("truncation_mass", ROOT / "eval" / "truncation_mass.py")
+    tm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tm)
+    assert tm.result_digit_mask(["So", "Ġ", "3", "Ġ+", "Ġ", "4", "Ġ=", "Ġ", "1", "2", "Ġapples", ".", "Ċ", "5"]) == [
+        False, False, False, False, False, False, False, False, True, True, False, False, False, False]
+    pair = load_model_pair("pocket-hard-target", "pocket-hard-draft", device="cpu", dtype="fp32")
+    task = get_task("pocket-math-hard")
+    problems = task.load("test", limit=6)
+    rules = {"minp": make_rule("minp", p_base=0.1), "sc": make_rule("speccascade", p_base=0.1)}
+    mass = tm.gold_mass(pair, task, problems, rules)
+    n = sum(sum(tm.result_digit_mask(pair.tokenizer.convert_ids_to_tokens(
+        pair.tokenizer(task.reference_completion(p), add_special_tokens=False)["input_ids"]))) for p in problems)
+    assert n > 0 and all(v.numel() == n for v in mass.values())
+    assert all(((v >= 0) & (v <= 1 + 1e-6)).all() for v in mass.values())
+    kept = mass["minp"] > 0  # a gold digit inside the allowed set: truncating and renormalising only raises it
+    assert kept.any() and (mass["minp"][kept] >= mass["p"][kept] - 1e-6).all()
+    assert not torch.allclose(mass["minp"], mass["sc"])
+    from dataclasses import replace
+
+    same = tm.gold_mass(replace(pair, draft=pair.target), task, problems, rules)
+    assert torch.allclose(same["minp"], same["sc"], atol=1e-6) and torch.allclose(same["p"], same["q"])

@@ -263,8 +263,6 @@ def test_pocket_eval_takes_the_pocket_tasks_only():
 
 
 # ---- the hard pair (pocket-hard-target / pocket-hard-draft, data/pocket/README.md "The hard task") ----------------
-hard_shipped = pytest.mark.skipif(not (POCKET_DIR / "hard-target" / "model.safetensors").exists(),
-                                  reason="hard pair not trained (run `judgekit pocket train --recipe hard`)")
 HARD_SAMPLE = 128  # the first held-out problems of pocket-math-hard (seed 0): two greedy batches, a few seconds
 
 
@@ -284,7 +282,6 @@ def hard_run():
     return pair, task, problems, prompts, responses
 
 
-@hard_shipped
 def test_hard_pair_loads_by_alias_and_keeps_its_bounds_on_a_fixed_sample(hard_run):
     """The issue's bounds on the fixed sample: target accuracy 55-80 %, lossless greedy BE 3-5.5 at gamma 8, and
     the draft's wrong tokens mostly inside the target's min-p 0.1 and eta sets at T = 1 (data/pocket/README.md:
@@ -309,7 +306,6 @@ def test_hard_pair_loads_by_alias_and_keeps_its_bounds_on_a_fixed_sample(hard_ru
     assert shares["inside_minp_0.1"] >= 0.5 and shares["inside_eta_0.05_0.3"] >= 0.5, shares
 
 
-@hard_shipped
 def test_hard_pair_greedy_lossless_decoding_is_its_targets_greedy_output(hard_run, tmp_path):
     """The real speculative decoder on the hard pair, greedy and lossless, emits exactly the target's greedy
     tokens (so the pair's lossless BE above is the decoder's)."""

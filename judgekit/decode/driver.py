@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 
 from judgekit.decode.engine import Drafter, SeqState, StepConfig, prefill, speculative_step
-from judgekit.decode.generation import Generation, GenerationStats, StopScanner
+from judgekit.decode.generation import Generation, GenerationStats, StopScanner, text_decoder
 from judgekit.decode.rows import KVRows
 
 
@@ -44,6 +44,7 @@ def decode_batch(cfg: StepConfig, target: KVRows, drafter: Drafter, prompts: Seq
     N = len(prompts)
     slots = min(batch_size or N, N)
     scanner = StopScanner(tokenizer, tuple(stop_strings))
+    decode = text_decoder(tokenizer)
     # One generator per sequence, seeded as in batch 1: a sequence's draws do not depend on its batch.
     seqs = [SeqState(list(p), torch.Generator(device=device).manual_seed(s)) for p, s in zip(prompts, seeds)]
     n_prompt = [len(p) for p in prompts]
@@ -72,7 +73,7 @@ def decode_batch(cfg: StepConfig, target: KVRows, drafter: Drafter, prompts: Seq
         drafter.retire(s)
         completion = s.ids[n_prompt[j]:]
         stats[j].new_tokens = len(completion)
-        text = tokenizer.decode(completion, skip_special_tokens=True)
+        text = decode(completion)
         results[j] = Generation(names[j], text, completion, stats[j], finish[j])
         if on_finish is not None:
             on_finish(j, results[j])

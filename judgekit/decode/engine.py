@@ -12,9 +12,9 @@ Row invariant between steps: the target rows hold a sequence's committed tokens 
 
 A drafter is anything with ``admit`` / ``propose`` / ``commit`` / ``retire``. :class:`ModelDrafter` drafts
 with the draft model on its own rows; :class:`LookupDrafter` copies a given continuation (prompt-lookup
-decoding: the miner's rollouts). A tree drafter would return a proposal whose tokens carry a parent
-structure and a tree attention mask for the target forward; :class:`Proposal` is the place for those fields
-(and the rows protocol's forward for the mask) — not built yet.
+decoding: the miner's rollouts). A draft tree (:class:`judgekit.decode.treedecode.TreeDrafter`) brings its
+own verify form: a drafter with a ``step`` method is handed the whole step (one tree-masked target forward,
+:func:`judgekit.decode.tree_verify.verify_tree`, ``keep_path`` on the rows), the rows and the rest as here.
 """
 
 from __future__ import annotations

@@ -265,6 +265,8 @@ class FastLM:
             cos, sin = self._cos[pos].unsqueeze(2), self._sin_signed[pos].unsqueeze(2)  # [B, T, 1, D]
             mask = (torch.arange(kv_len, device=ids.device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)
             rows = (torch.arange(B, device=ids.device) if cache_rows is None else cache_rows)[:, None]
+        if mask is not None:  # additive, once: SDPA would turn a boolean mask into this in every layer
+            mask = torch.where(mask, 0.0, float("-inf")).to(self.dtype)
         x = F.embedding(ids, self.embed)
         states: dict[int, Tensor] = {0: x} if 0 in layers else {}
         nh, kvh, hd = self.n_heads, self.kv_heads, self.head_dim

@@ -50,24 +50,25 @@ class Generation:
                 "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}
 
 
-def text_decoder(tokenizer) -> Callable[[list[int]], str]:
-    """``ids -> tokenizer.decode(ids, skip_special_tokens=True)``, the same text, faster where it can be.
+def text_decoder(tokenizer, skip_special_tokens: bool = True) -> Callable[[list[int]], str]:
+    """``ids -> tokenizer.decode(ids, skip_special_tokens=...)``, the same text, faster where it can be.
 
     Why not always ``tokenizer.decode``: the miner checks after every rollout step whether the outcome is fixed,
-    decoding the whole completion each time, and transformers' wrapper first walks the id list element by
-    element (``to_py_obj``) — more than half of the decode's cost (cProfile of ``bench mine``). A fast
-    tokenizer that applies no clean-up is decoded by its Rust backend directly, exactly as ``_decode`` does."""
+    decoding the whole completion each time, and the stop-string scan decodes a tail window per emitted token;
+    transformers' wrapper first walks the id list element by element (``to_py_obj``) — more than half of the
+    decode's cost (cProfile of ``bench mine``). A fast tokenizer that applies no clean-up is decoded by its Rust
+    backend directly, exactly as ``_decode`` does."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
-        return lambda ids: backend.decode(ids, skip_special_tokens=True)
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+        return lambda ids: backend.decode(ids, skip_special_tokens=skip_special_tokens)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 class StopScanner:
     """Finds the first emitted token at which a stop string appears, decoding only a short tail window."""
 
     def __init__(self, tokenizer, stop_strings: tuple[str, ...]):
-        self.tokenizer = tokenizer
+        self.decode = text_decoder(tokenizer, skip_special_tokens=False)  # special tokens' text can stop, too
         self.stops = tuple(s for s in stop_strings if s)
         self.window = max((len(s) for s in self.stops), default=0) + 8
 
@@ -76,7 +77,7 @@ class StopScanner:
         if not self.stops:
             return None
         for j in range(start, len(ids)):
-            tail = self.tokenizer.decode(ids[max(0, j + 1 - self.window): j + 1])
+            tail = self.decode(ids[max(0, j + 1 - self.window): j + 1])
             if any(s in tail for s in self.stops):
                 return j
         return None

@@ -53,7 +53,7 @@ def test_bench_mine_compares_labels_with_the_reference(tiny_pair_dirs, capsys):
 
 
 def test_bench_eval_repeats_alternate_and_report_medians(tmp_path, monkeypatch):
-    """Rounds run the batch sizes in alternating order (a slow spell falls on all of them); the report gives
+    """Rounds run the batch sizes in rotated order (two sizes alternate; a slow spell falls on all); the report gives
     each batch size's median time."""
     import judgekit.evaluate.run as evaluation
     from judgekit.benchmarks.eval import run_eval_bench

@@ -4,8 +4,9 @@ Each batch size runs the same :func:`judgekit.evaluate.run.run_eval` (decode, gr
 directory; the report gives aggregate new tokens per second (wall and, on CPU, process CPU time, which does not
 count other processes' load) and the ratio to the first batch size, and checks that greedy records are equal.
 A warm-up decode first, so no batch size pays one-time costs (allocations, lazy imports) for the others.
-With ``repeats`` > 1 the batch sizes run in alternating order round after round (so a slow spell of a shared
-machine falls on all of them) and each one's median time is reported.
+With ``repeats`` > 1 the batch sizes run in rounds, their order rotated by one each round as in `bench decode`
+(:func:`judgekit.benchmarks.decode.round_order`; a slow spell of a shared machine falls on all of them), and each
+one's median time is reported.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class EvalTiming:
 def run_eval_bench(pair, task, problems, points, settings, batch_sizes: list[int],
                    out_root: str | None = None, repeats: int = 1) -> tuple[list[EvalTiming], bool]:
     """Time run_eval at each batch size; returns the timings and whether the greedy records agree."""
+    from judgekit.benchmarks.decode import round_order
     from judgekit.decode.decoder import SpeculativeDecoder
     from judgekit.evaluate.run import run_eval
     from judgekit.models import encode_prompt
@@ -53,7 +55,7 @@ def run_eval_bench(pair, task, problems, points, settings, batch_sizes: list[int
     cpus: dict[int, list[float]] = {bs: [] for bs in batch_sizes}
     records, last_rows = [], {}
     for round_ in range(repeats):
-        for bs in (batch_sizes if round_ % 2 == 0 else batch_sizes[::-1]):
+        for bs in round_order(batch_sizes, round_):
             out = root / (f"batch-{bs}" if repeats == 1 else f"batch-{bs}-run{round_ + 1}")
             wall, cpu = time.perf_counter(), time.process_time()
             run_eval(pair, task, problems, points, settings, str(out), flush_every=max(16, bs), batch_size=bs)

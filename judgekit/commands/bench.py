@@ -118,7 +118,7 @@ def run_eval_bench_cmd(args) -> int:
     title = (f"judgekit eval throughput: {args.task} ({len(problems)} problems x {len(points)} points), "
              f"{args.target} / {args.draft} on {pair.device}, gamma={args.block_size}, T={args.temperature:g}, "
              f"max_new_tokens={args.max_new_tokens}"
-             + (f", median of {args.repeats} alternating runs" if args.repeats > 1 else ""))
+             + (f", median of {args.repeats} rotated rounds" if args.repeats > 1 else ""))
     print(format_eval_report(timings, identical, title, cpu_clock=pair.device.type == "cpu"))
     return 0 if identical or args.temperature > 0 else 1
 
@@ -182,7 +182,7 @@ def register(sub) -> None:
     e.add_argument("--max-new-tokens", type=int, default=256)
     e.add_argument("--batch-sizes", default="1,16", help="comma list; ratios are against the first")
     e.add_argument("--repeats", type=int, default=1,
-                   help="rounds of all batch sizes, in alternating order; medians are reported")
+                   help="rounds of all batch sizes, the order rotated each round; medians are reported")
     e.add_argument("--out", help="directory for the runs' records (default: a new temporary directory)")
     e.set_defaults(func=run_eval_bench_cmd)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
